@@ -1,0 +1,29 @@
+"""Scalar dtypes of the IR and the promotion rule for mixed arithmetic."""
+from __future__ import annotations
+
+FLOATS = ("float16", "float32", "float64")
+INTS = ("int8", "int16", "int32", "int64", "uint8")
+DTYPES = FLOATS + INTS + ("bool",)
+INDEX = "int32"  # dtype of loop variables, as in TVM
+
+
+def check(dtype: object) -> str:
+    """Normalize a dtype given as a string or NumPy dtype; raise on anything else."""
+    name = str(getattr(dtype, "name", dtype))
+    if name not in DTYPES:
+        raise TypeError(f"unsupported dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    return name
+
+
+def is_float(dtype: str) -> bool:
+    return dtype in FLOATS
+
+
+def is_int(dtype: str) -> bool:
+    return dtype in INTS
+
+
+def promote(a: str, b: str) -> str:
+    """Result dtype of arithmetic on `a` and `b`: float beats int beats bool, wider wins."""
+    order = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+    return a if order.index(a) >= order.index(b) else b

@@ -1,0 +1,320 @@
+"""Expression nodes of the tensor-expression IR.
+
+Semantics (every later stage relies on these choices):
+
+* Index expressions are integer-valued; loop variables have dtype int32 and
+  all index arithmetic is exact (evaluated in int64 by every backend).
+* `floordiv`/`floormod` round toward negative infinity (Python semantics), so
+  `x == floordiv(x, c) * c + floormod(x, c)` with `0 <= floormod(x, c) < c` for
+  every integer `x` and constant `c > 0`.  `/` on two integers is `floordiv`.
+* Reading a tensor outside its shape is an error.  A read guarded by
+  `select`/`if_then_else` is evaluated only where its guard holds (both
+  branches are lazy), which is how padding is written.
+* Reduction identities: sum 0, prod 1, max -inf (lowest value for ints),
+  min +inf (highest value for ints); custom reducers carry their own.
+* The simplifier never reassociates floating-point arithmetic except for
+  folding constants and dropping neutral elements (x + 0, x * 1).
+* Nodes are immutable values with structural equality and hashing, so they can
+  key dicts.  Variables carry a unique id: two axes both named `k` never merge.
+  `a == b` on expressions returns an `EqualOp` that acts as the IR comparison
+  inside compute bodies and as the structural-equality truth value in Python
+  (TVM's trick), so `te.if_then_else(j == 0, ...)` works as in TOPI.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Callable
+
+from . import dtype as dt
+from .ops import Op
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
+
+_uid = itertools.count(1)
+
+
+def next_uid() -> int:
+    return next(_uid)
+
+
+class Expr:
+    """Base of all expression nodes; Python operators build IR."""
+
+    dtype: str
+    __slots__ = ()
+
+    # -- structural identity -------------------------------------------------
+    def _key(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self) if f.compare)  # type: ignore[arg-type]
+
+    def same_as(self, other: object) -> bool:
+        if self is other:
+            return True
+        if type(self) is not type(other):
+            return False
+        return self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_h") if hasattr(self, "__dict__") else None
+        if h is None:
+            h = hash((type(self).__name__, self._key()))
+            object.__setattr__(self, "_h", h)
+        return h
+
+    def __eq__(self, other: object) -> "EqualOp":  # type: ignore[override]
+        return EqualOp(self, other, Op.EQ)
+
+    def __ne__(self, other: object) -> "EqualOp":  # type: ignore[override]
+        return EqualOp(self, other, Op.NE)
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            f"cannot use the te expression `{self}` as a Python bool; inside a compute body "
+            "use te.if_then_else(cond, a, b), te.all(...)/te.any(...) or & and | instead of "
+            "`if`, `and`, `or`")
+
+    # -- arithmetic ------------------------------------------------------------
+    def __add__(self, o: Any) -> Expr: return binary(Op.ADD, self, o)
+    def __radd__(self, o: Any) -> Expr: return binary(Op.ADD, o, self)
+    def __sub__(self, o: Any) -> Expr: return binary(Op.SUB, self, o)
+    def __rsub__(self, o: Any) -> Expr: return binary(Op.SUB, o, self)
+    def __mul__(self, o: Any) -> Expr: return binary(Op.MUL, self, o)
+    def __rmul__(self, o: Any) -> Expr: return binary(Op.MUL, o, self)
+    def __truediv__(self, o: Any) -> Expr: return binary(Op.DIV, self, o)
+    def __rtruediv__(self, o: Any) -> Expr: return binary(Op.DIV, o, self)
+    def __floordiv__(self, o: Any) -> Expr: return binary(Op.FLOORDIV, self, o)
+    def __rfloordiv__(self, o: Any) -> Expr: return binary(Op.FLOORDIV, o, self)
+    def __mod__(self, o: Any) -> Expr: return binary(Op.FLOORMOD, self, o)
+    def __rmod__(self, o: Any) -> Expr: return binary(Op.FLOORMOD, o, self)
+    def __pow__(self, o: Any) -> Expr: return binary(Op.POW, self, o)
+    def __rpow__(self, o: Any) -> Expr: return binary(Op.POW, o, self)
+    def __lshift__(self, o: Any) -> Expr: return binary(Op.SHL, self, o)
+    def __rshift__(self, o: Any) -> Expr: return binary(Op.SHR, self, o)
+    def __neg__(self) -> Expr: return call(Op.NEG, self)
+    def __pos__(self) -> Expr: return self
+    def __lt__(self, o: Any) -> Expr: return binary(Op.LT, self, o)
+    def __le__(self, o: Any) -> Expr: return binary(Op.LE, self, o)
+    def __gt__(self, o: Any) -> Expr: return binary(Op.GT, self, o)
+    def __ge__(self, o: Any) -> Expr: return binary(Op.GE, self, o)
+    def __and__(self, o: Any) -> Expr: return binary(Op.AND, self, o)
+    def __rand__(self, o: Any) -> Expr: return binary(Op.AND, o, self)
+    def __or__(self, o: Any) -> Expr: return binary(Op.OR, self, o)
+    def __ror__(self, o: Any) -> Expr: return binary(Op.OR, o, self)
+    def __invert__(self) -> Expr: return call(Op.NOT, self)
+
+    def eq(self, o: Any) -> Expr:
+        return binary(Op.EQ, self, o)
+
+    def ne(self, o: Any) -> Expr:
+        return binary(Op.NE, self, o)
+
+    def astype(self, dtype: str) -> Expr:
+        d = dt.check(dtype)
+        return self if d == self.dtype else Call(Op.CAST, (self,), d)
+
+    def __str__(self) -> str:
+        from .printer import expr_str
+        return expr_str(self)
+
+    __repr__ = __str__
+
+
+class EqualOp:
+    """Result of `a == b` / `a != b` on expressions.
+
+    Used inside a compute body it converts to the IR comparison; used as a
+    Python truth value it is structural (in)equality, so dicts and sets of
+    expressions keep working.
+    """
+
+    __slots__ = ("a", "b", "op")
+
+    def __init__(self, a: Expr, b: object, op: Op) -> None:
+        self.a, self.b, self.op = a, b, op
+
+    def __bool__(self) -> bool:
+        same = isinstance(self.b, Expr) and self.a.same_as(self.b)
+        return same if self.op is Op.EQ else not same
+
+    def asexpr(self) -> Expr:
+        return binary(self.op, self.a, self.b)
+
+    # used as an operand of another expression
+    def __and__(self, o: Any) -> Expr: return binary(Op.AND, self, o)
+    def __rand__(self, o: Any) -> Expr: return binary(Op.AND, o, self)
+    def __or__(self, o: Any) -> Expr: return binary(Op.OR, self, o)
+    def __ror__(self, o: Any) -> Expr: return binary(Op.OR, o, self)
+    def __invert__(self) -> Expr: return call(Op.NOT, self)
+
+    def astype(self, dtype: str) -> Expr:
+        return self.asexpr().astype(dtype)
+
+    def __str__(self) -> str:
+        return str(self.asexpr())
+
+    __repr__ = __str__
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Const(Expr):
+    value: int | float | bool
+    dtype: str
+
+    def __post_init__(self) -> None:
+        v = self.value
+        if self.dtype == "bool":
+            v = bool(v)
+        elif dt.is_int(self.dtype):
+            v = int(v)
+        else:
+            v = float(v)
+        object.__setattr__(self, "value", v)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Var(Expr):
+    """A scalar variable: a symbolic dimension (`te.var`) or a reducer argument."""
+
+    name: str
+    dtype: str = dt.INDEX
+    uid: int = field(default_factory=next_uid)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class IterVar(Expr):
+    """A loop variable over [lo, lo + extent): a compute axis or a reduction axis."""
+
+    name: str
+    lo: Expr
+    extent: Expr
+    kind: str = "data"  # "data" | "reduce"
+    uid: int = field(default_factory=next_uid)
+    dtype: str = dt.INDEX
+
+    @property
+    def dom(self) -> tuple[Expr, Expr]:
+        return (self.lo, self.extent)
+
+    @property
+    def var(self) -> IterVar:  # TVM spelling: axis.var
+        return self
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Call(Expr):
+    """Application of a primitive `Op` to argument expressions."""
+
+    op: Op
+    args: tuple[Expr, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Read(Expr):
+    """`tensor[indices]`: a read of one element of a tensor."""
+
+    tensor: "Tensor"
+    indices: tuple[Expr, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False, repr=True)
+class CommReducer:
+    """A commutative reducer: `combine(lhs, rhs)` elementwise over tuples, with `identity`.
+
+    `kind` is "sum", "prod", "max", "min" for the built-ins and "custom" otherwise.
+    """
+
+    kind: str
+    lhs: tuple[Var, ...]
+    rhs: tuple[Var, ...]
+    result: tuple[Expr, ...]
+    identity: tuple[Expr, ...]
+    name: str = ""
+
+    def _key(self) -> tuple:
+        return (self.kind, self.lhs, self.rhs, self.result, self.identity)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CommReducer) and bool(self._key() == other._key())
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Reduce(Expr):
+    """Reduction of `source` over `axis` with `combiner`, where `condition` holds.
+
+    For tuple reducers (argmax) `source` has several entries and the node
+    stands for entry `value_index` of the reduced tuple.  `init`, when given,
+    replaces the identity as the starting value.
+    """
+
+    combiner: CommReducer
+    source: tuple[Expr, ...]
+    axis: tuple[IterVar, ...]
+    condition: Expr
+    value_index: int
+    dtype: str
+    init: tuple[Expr, ...] = ()
+
+
+# -- construction helpers --------------------------------------------------------
+
+def const(value: int | float | bool, dtype: str | None = None) -> Const:
+    """A constant; the dtype defaults to int32 / float32 / bool by the Python type."""
+    if dtype is None:
+        dtype = "bool" if isinstance(value, bool) else "int32" if isinstance(value, int) else "float32"
+    return Const(value, dt.check(dtype))
+
+
+def as_expr(x: object, like: str | None = None) -> Expr:
+    """Convert a Python scalar (taking the dtype `like` where sensible) or an EqualOp."""
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, EqualOp):
+        return x.asexpr()
+    if isinstance(x, bool):
+        return Const(x, "bool")
+    if isinstance(x, int):
+        return Const(x, like if like is not None and like != "bool" else "int32")
+    if isinstance(x, float):
+        return Const(x, like if like is not None and dt.is_float(like) else "float32")
+    if hasattr(x, "dtype") and getattr(x, "shape", None) == ():  # NumPy scalar
+        return Const(x.item(), dt.check(x.dtype))  # type: ignore[attr-defined]
+    raise TypeError(f"cannot use {x!r} of type {type(x).__name__} in a te expression")
+
+
+_BOOL_RESULT = {Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.AND, Op.OR}
+
+
+def binary(op: Op, a: object, b: object) -> Expr:
+    """Build a binary Call, converting Python scalars to the other operand's dtype."""
+    if not isinstance(a, (Expr, EqualOp)):
+        b = as_expr(b)
+        a = as_expr(a, b.dtype)
+    else:
+        a = as_expr(a)
+        b = as_expr(b, a.dtype)
+    if op in (Op.AND, Op.OR):
+        for x in (a, b):
+            if x.dtype != "bool":
+                raise TypeError(f"`{op.name.lower()}` needs bool operands, got `{x}` of dtype {x.dtype}")
+        return Call(op, (a, b), "bool")
+    d = dt.promote(a.dtype, b.dtype)
+    if op in (Op.SHL, Op.SHR) and not dt.is_int(d):
+        raise TypeError(f"bit shift needs integer operands, got {a.dtype} and {b.dtype}")
+    a, b = a.astype(d), b.astype(d)
+    return Call(op, (a, b), "bool" if op in _BOOL_RESULT else d)
+
+
+def call(op: Op, *args: object, dtype: str | None = None) -> Expr:
+    """Build a Call of a unary or n-ary op; result dtype follows the first float argument."""
+    xs = tuple(as_expr(a) for a in args)
+    return Call(op, xs, dtype or xs[0].dtype)
+
+
+Substitution = Callable[[Expr], Expr | None]

@@ -1,0 +1,275 @@
+"""Reference evaluator: runs any tensor DAG with NumPy (slow, exact, for tests).
+
+It is the living definition of the IR: every generated kernel and every
+gradient is tested against it.  Reads are bounds-checked wherever they are
+evaluated (an out-of-bounds read raises IndexError naming the tensor); select
+branches are evaluated only under their guard.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from . import dtype as dt
+from .dag import topo_order
+from .expr import Call, Const, Expr, IterVar, Read, Reduce, Var
+from .ops import Op
+from .tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
+from .visit import walk
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if np.issubdtype(np.result_type(a, b), np.integer):
+        return np.floor_divide(a, np.where(b == 0, 1, b))
+    return np.true_divide(a, b)
+
+
+def _floordiv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if np.issubdtype(np.result_type(a, b), np.integer):
+        return np.floor_divide(a, np.where(b == 0, 1, b))
+    return np.floor(a / b)
+
+
+def _floormod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if np.issubdtype(np.result_type(a, b), np.integer):
+        return np.mod(a, np.where(b == 0, 1, b))
+    return np.mod(a, b)
+
+
+def _erf_t(x: np.ndarray) -> np.ndarray:
+    return _erf(x).astype(np.result_type(x, np.float16))
+
+
+NUMPY_IMPL: dict[Op, Callable[..., Any]] = {
+    Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: _div,
+    Op.FLOORDIV: _floordiv, Op.FLOORMOD: _floormod, Op.MIN: np.minimum, Op.MAX: np.maximum,
+    Op.POW: np.power, Op.NEG: np.negative,
+    Op.LT: np.less, Op.LE: np.less_equal, Op.GT: np.greater, Op.GE: np.greater_equal,
+    Op.EQ: np.equal, Op.NE: np.not_equal, Op.AND: np.logical_and, Op.OR: np.logical_or,
+    Op.NOT: np.logical_not, Op.SHL: np.left_shift, Op.SHR: np.right_shift,
+    Op.EXP: np.exp, Op.LOG: np.log, Op.LOG1P: np.log1p, Op.SQRT: np.sqrt,
+    Op.RSQRT: lambda x: 1 / np.sqrt(x), Op.TANH: np.tanh,
+    Op.SIGMOID: lambda x: 1 / (1 + np.exp(-x)), Op.ERF: _erf_t, Op.SIN: np.sin, Op.COS: np.cos,
+    Op.ATAN: np.arctan, Op.ABS: np.abs, Op.FLOOR: np.floor, Op.CEIL: np.ceil, Op.TRUNC: np.trunc,
+    Op.ROUND: np.round, Op.SIGN: np.sign,
+}
+
+
+class _Ctx:
+    def __init__(self, values: dict[int, np.ndarray], env: dict[Expr, Any], rank: int):
+        self.values, self.env, self.rank = values, env, rank
+        self.reduce_pos: dict[IterVar, int] = {}
+
+
+def _eval(e: Expr, cx: _Ctx, mask: np.ndarray | None) -> Any:
+    match e:
+        case Const(value=v, dtype=d):
+            return np.array(v, dtype=d)
+        case Var() | IterVar():
+            if e not in cx.env:
+                raise KeyError(f"unbound variable `{e}`")
+            return cx.env[e]
+        case Call(op=Op.SELECT, args=(c, a, b)):
+            cv = np.asarray(_eval(c, cx, mask), dtype=bool)
+            m1 = cv if mask is None else (mask & cv)
+            m2 = ~cv if mask is None else (mask & ~cv)
+            return np.where(cv, _eval(a, cx, m1), _eval(b, cx, m2)).astype(e.dtype)
+        case Call(op=Op.CAST, args=(a,)):
+            x = np.asarray(_eval(a, cx, mask))
+            if dt.is_int(e.dtype) and np.issubdtype(x.dtype, np.floating):
+                x = np.trunc(x)
+            return x.astype(e.dtype)
+        case Call(op=op, args=args):
+            vals = [np.asarray(_eval(a, cx, mask)) for a in args]
+            out = NUMPY_IMPL[op](*vals)
+            return np.asarray(out).astype(e.dtype)
+        case Read():
+            return _read(e, cx, mask)
+        case Reduce():
+            return _reduce(e, cx, mask)
+    raise TypeError(f"cannot evaluate {type(e).__name__}")
+
+
+def _read(r: Read, cx: _Ctx, mask: np.ndarray | None) -> np.ndarray:
+    arr = cx.values[r.tensor.uid]
+    if not r.indices:
+        return np.asarray(arr[()])
+    idx = [np.asarray(_eval(i, cx, mask)).astype(np.int64) for i in r.indices]
+    shapes = [i.shape for i in idx] + ([mask.shape] if mask is not None else [])
+    full = np.broadcast_shapes(*shapes)
+    idx = [np.broadcast_to(i, full) for i in idx]
+    live = np.ones(full, bool) if mask is None else np.broadcast_to(mask, full)
+    clipped = []
+    for d, (i, n) in enumerate(zip(idx, arr.shape, strict=True)):
+        bad = live & ((i < 0) | (i >= n))
+        if bad.any():
+            where = tuple(int(x[0]) for x in np.nonzero(bad))
+            raise IndexError(f"read {r} of tensor {r.tensor.name!r} is out of bounds in dim {d}: "
+                             f"index {int(i[where])} not in [0, {n}) at loop point {where}")
+        clipped.append(np.clip(i, 0, max(n - 1, 0)))
+    return arr[tuple(clipped)]
+
+
+def _identity(red: Reduce, k: int) -> Any:
+    return _scalar(red.combiner.identity[k])
+
+
+def _scalar(e: Expr) -> Any:
+    assert isinstance(e, Const), f"reducer identity must be constant, got {e}"
+    return np.array(e.value, dtype=e.dtype)
+
+
+def _reduce(red: Reduce, cx: _Ctx, mask: np.ndarray | None) -> np.ndarray:
+    pos = [cx.reduce_pos[a] for a in red.axis]
+    cond = np.asarray(_eval(red.condition, cx, mask), dtype=bool)
+    live = cond if mask is None else (mask & cond)
+    raw = [np.asarray(_eval(s, cx, live)) for s in red.source]
+    full = np.broadcast_shapes(live.shape, *[np.shape(cx.env[a]) for a in red.axis],
+                               *[r.shape for r in raw])
+    live = np.broadcast_to(live, full)
+    srcs = [np.broadcast_to(r, full) for r in raw]
+    kind = red.combiner.kind
+    n = len(red.source)
+    if kind in ("sum", "prod", "max", "min"):
+        fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[kind]
+        x = np.where(live, srcs[0], _identity(red, 0))
+        res = [fn(x, axis=tuple(pos), keepdims=True).astype(red.dtype)]
+    else:
+        res = _custom_reduce(red, srcs, live, pos, cx)
+    if red.init:
+        inits = [np.asarray(_eval(i, cx, mask)) for i in red.init]
+        res = _combine(red, inits, res, cx)
+    return res[red.value_index] if n > 1 else res[0]
+
+
+def _combine(red: Reduce, lhs: Sequence[Any], rhs: Sequence[Any], cx: _Ctx) -> list[np.ndarray]:
+    comb = red.combiner
+    env = dict(cx.env)
+    env.update(zip(comb.lhs, lhs, strict=True))
+    env.update(zip(comb.rhs, rhs, strict=True))
+    sub = _Ctx(cx.values, env, cx.rank)
+    return [np.asarray(_eval(r, sub, None)).astype(v.dtype) for r, v in zip(comb.result, comb.lhs, strict=True)]
+
+
+def _custom_reduce(red: Reduce, srcs: list[np.ndarray], live: np.ndarray, pos: list[int],
+                   cx: _Ctx) -> list[np.ndarray]:
+    """Sequential fold over the reduction points, in row-major order of the axes."""
+    moved = [np.moveaxis(s, pos, list(range(-len(pos), 0))) for s in srcs]
+    lv = np.moveaxis(live, pos, list(range(-len(pos), 0)))
+    lead = moved[0].shape[: moved[0].ndim - len(pos)]
+    flat = [m.reshape(lead + (-1,)) for m in moved]
+    lvf = lv.reshape(lead + (-1,))
+    acc = [np.broadcast_to(_identity(red, k), lead).astype(s.dtype).copy() for k, s in enumerate(srcs)]
+    for p in range(flat[0].shape[-1]):
+        new = _combine(red, acc, [f[..., p] for f in flat], cx)
+        acc = [np.where(lvf[..., p], nv, a) for nv, a in zip(new, acc, strict=True)]
+    out = []
+    for a in acc:
+        shape = list(a.shape)
+        for q in sorted(pos):
+            shape.insert(q, 1)
+        out.append(a.reshape(shape))
+    return out
+
+
+def _axis_env(axes: Sequence[IterVar], start: int, rank: int, cx: _Ctx) -> dict[Expr, Any]:
+    env: dict[Expr, Any] = {}
+    for k, a in enumerate(axes):
+        lo = int(np.asarray(_eval(a.lo, cx, None)))
+        n = int(np.asarray(_eval(a.extent, cx, None)))
+        shape = [1] * rank
+        shape[start + k] = n
+        env[a] = (np.arange(n, dtype=np.int64) + lo).reshape(shape)
+    return env
+
+
+def _compute(op: ComputeOp, cx_values: dict[int, np.ndarray], vars_env: dict[Expr, Any]) -> list[np.ndarray]:
+    raxes: dict[IterVar, None] = {}
+    for b in op.body:
+        for x in walk(b):
+            if isinstance(x, Reduce):
+                raxes.update(dict.fromkeys(x.axis))
+    d = len(op.axis)
+    rank = d + len(raxes)
+    cx = _Ctx(cx_values, dict(vars_env), rank)
+    cx.env.update(_axis_env(op.axis, 0, rank, cx))
+    cx.env.update(_axis_env(list(raxes), d, rank, cx))
+    cx.reduce_pos = {a: d + k for k, a in enumerate(raxes)}
+    shape = tuple(int(np.asarray(_eval(a.extent, cx, None))) for a in op.axis)
+    outs = []
+    with np.errstate(all="ignore"):
+        for b in op.body:
+            v = np.asarray(_eval(b, cx, None))
+            v = np.broadcast_to(v, np.broadcast_shapes(v.shape, (1,) * rank))
+            v = v.reshape(v.shape[:d] + (-1,))[..., 0] if rank > d else v
+            outs.append(np.broadcast_to(v, shape).astype(b.dtype).copy())
+    return outs
+
+
+def _scatter(op: ScatterOp, values: dict[int, np.ndarray], vars_env: dict[Expr, Any]) -> np.ndarray:
+    rank = len(op.axis)
+    cx = _Ctx(values, dict(vars_env), rank)
+    cx.env.update(_axis_env(op.axis, 0, rank, cx))
+    shape = tuple(int(np.asarray(_eval(s, cx, None))) for s in op.shape)
+    dom = tuple(int(np.asarray(_eval(a.extent, cx, None))) for a in op.axis)
+    out = np.zeros(shape, dtype=op.dtype)
+    with np.errstate(all="ignore"):
+        cond = np.broadcast_to(np.asarray(_eval(op.condition, cx, None), bool), dom)
+        val = np.broadcast_to(np.asarray(_eval(op.value, cx, cond)), dom)
+        idx = [np.broadcast_to(np.asarray(_eval(i, cx, cond)).astype(np.int64), dom) for i in op.index]
+    for d, (i, n) in enumerate(zip(idx, shape, strict=True)):
+        bad = cond & ((i < 0) | (i >= n))
+        if bad.any():
+            raise IndexError(f"scatter into {op.name!r}: index out of bounds in dim {d}")
+    np.add.at(out, tuple(i[cond] for i in idx), val[cond].astype(op.dtype))
+    return out
+
+
+def bind_shapes(inputs: Sequence[Tensor], arrays: Sequence[np.ndarray]) -> dict[Expr, int]:
+    """Match array shapes against placeholder shapes; bind symbolic dims; raise on mismatch."""
+    env: dict[Expr, int] = {}
+    for t, a in zip(inputs, arrays, strict=True):
+        if a.ndim != t.ndim:
+            raise ValueError(f"input {t.name!r} expects {t.ndim} dims {t.shape}, got array of shape {a.shape}")
+        for d, (s, n) in enumerate(zip(t.shape, a.shape, strict=True)):
+            if isinstance(s, Var):
+                if s in env and env[s] != n:
+                    raise ValueError(f"symbolic dim {s.name!r} is {env[s]} from an earlier input "
+                                     f"but {n} in dim {d} of {t.name!r}")
+                env[s] = n
+            elif isinstance(s, Const) and s.value != n:
+                raise ValueError(f"input {t.name!r} expects shape {tuple(t.shape)}, "
+                                 f"got {a.shape} (dim {d})")
+    return env
+
+
+def evaluate(outputs: Sequence[Tensor], feed: Mapping[Tensor, Any],
+             var_values: Mapping[Var, int] | None = None) -> list[np.ndarray]:
+    """Evaluate `outputs` given arrays for their placeholders (and optional symbolic dims)."""
+    ins = [t for t in topo_order(outputs) if isinstance(t.op, PlaceholderOp)]
+    missing = [t.name for t in ins if t not in feed]
+    if missing:
+        raise ValueError(f"evaluate: no array given for input(s) {missing}")
+    arrays = [np.asarray(feed[t]) for t in ins]
+    for t, a in zip(ins, arrays, strict=True):
+        if str(a.dtype) != t.dtype:
+            raise TypeError(f"input {t.name!r} is {t.dtype} but got an array of dtype {a.dtype}")
+    env: dict[Expr, Any] = dict(bind_shapes(ins, arrays))
+    env.update(var_values or {})
+    values: dict[int, np.ndarray] = {t.uid: a for t, a in zip(ins, arrays, strict=True)}
+    done: dict[int, list[np.ndarray]] = {}
+    for t in topo_order(outputs):
+        if t.uid in values:
+            continue
+        op = t.op
+        if id(op) not in done:
+            if isinstance(op, ComputeOp):
+                done[id(op)] = _compute(op, values, env)
+            elif isinstance(op, ScatterOp):
+                done[id(op)] = [_scatter(op, values, env)]
+        values[t.uid] = done[id(op)][t.value_index]
+    return [values[t.uid] for t in outputs]

@@ -1,0 +1,134 @@
+"""Readable, re-evaluable printing of expressions and tensor DAGs (te-like Python)."""
+from __future__ import annotations
+
+import math
+
+from .expr import Call, Const, Expr, IterVar, Read, Reduce, Var
+from .ops import ATOM_PRECEDENCE, INFIX, PRECEDENCE, UNARY_PRECEDENCE, Op
+
+_FUNC = {Op.MIN: "min", Op.MAX: "max", Op.SELECT: "if_then_else", Op.NOT: "logical_not"}
+
+
+def _const(c: Const) -> str:
+    v = c.value
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        if math.isnan(v):
+            return "nan"
+        return repr(v)
+    if c.dtype in ("int32", "bool"):
+        return repr(v)
+    return f'const({v!r}, "{c.dtype}")'
+
+
+def _prec(e: Expr) -> int:
+    if isinstance(e, Call):
+        if e.op in PRECEDENCE:
+            return PRECEDENCE[e.op]
+        if e.op is Op.NEG:
+            return UNARY_PRECEDENCE
+    if isinstance(e, Const) and isinstance(e.value, (int, float)) and e.value < 0:
+        return UNARY_PRECEDENCE
+    return ATOM_PRECEDENCE
+
+
+def expr_str(e: Expr) -> str:
+    match e:
+        case Const():
+            return _const(e)
+        case Var(name=n) | IterVar(name=n):
+            return n
+        case Read(tensor=t, indices=idx):
+            return f"{t.name}[{', '.join(expr_str(i) for i in idx)}]"
+        case Reduce():
+            return _reduce_str(e)
+        case Call(op=op, args=args):
+            if op in INFIX:
+                p = PRECEDENCE[op]
+                a, b = args
+                # left-assoc: right operand needs parens at equal precedence (except ** which is right-assoc)
+                sa = _paren(a, p + (1 if op is Op.POW else 0))
+                sb = _paren(b, p + (0 if op is Op.POW else 1))
+                return f"{sa} {INFIX[op]} {sb}"
+            if op is Op.NEG:
+                return f"-{_paren(args[0], UNARY_PRECEDENCE)}"
+            if op is Op.CAST:
+                return f'{_paren(args[0], ATOM_PRECEDENCE)}.astype("{e.dtype}")'
+            name = _FUNC.get(op, op.name.lower())
+            return f"{name}({', '.join(expr_str(a) for a in args)})"
+    return f"<{type(e).__name__}>"
+
+
+def _paren(e: Expr, need: int) -> str:
+    s = expr_str(e)
+    return f"({s})" if _prec(e) < need else s
+
+
+def _axes_str(axes: tuple[IterVar, ...]) -> str:
+    names = [a.name for a in axes]
+    return names[0] if len(names) == 1 else f"[{', '.join(names)}]"
+
+
+def _reduce_str(r: Reduce) -> str:
+    kind = r.combiner.kind
+    src = expr_str(r.source[0]) if len(r.source) == 1 else f"({', '.join(map(expr_str, r.source))})"
+    extra = ""
+    if not (isinstance(r.condition, Const) and r.condition.value is True):
+        extra += f", where={expr_str(r.condition)}"
+    if r.init:
+        extra += f", init={', '.join(map(expr_str, r.init))}"
+    name = kind if kind != "custom" else (r.combiner.name or "reducer")
+    s = f"{name}({src}, axis={_axes_str(r.axis)}{extra})"
+    return s if len(r.source) == 1 else f"{s}[{r.value_index}]"
+
+
+def _shape(shape: tuple[Expr, ...]) -> str:
+    inner = ", ".join(expr_str(s) for s in shape)
+    return f"({inner},)" if len(shape) == 1 else f"({inner})"
+
+
+def stage_str(t: object) -> str:
+    """One stage (the op producing tensor `t`) as te code."""
+    from .tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
+    assert isinstance(t, Tensor)
+    op = t.op
+    if isinstance(op, PlaceholderOp):
+        return f'{op.name} = placeholder({_shape(op.shape)}, "{op.dtype}", name="{op.name}")'
+    lines = []
+    if isinstance(op, ComputeOp):
+        raxes: dict[IterVar, None] = {}
+        from .visit import walk
+        for b in op.body:
+            for x in walk(b):
+                if isinstance(x, Reduce):
+                    raxes.update(dict.fromkeys(x.axis))
+        for a in raxes:
+            hi = a.extent if isinstance(a.lo, Const) and a.lo.value == 0 else a.lo + a.extent
+            lines.append(f'{a.name} = reduce_axis(({expr_str(a.lo)}, {expr_str(hi)}), name="{a.name}")')
+        params = " " + ", ".join(a.name for a in op.axis) if op.axis else ""
+        body = expr_str(op.body[0]) if len(op.body) == 1 else f"[{', '.join(map(expr_str, op.body))}]"
+        names = op.name if len(op.body) == 1 else ", ".join(
+            op.name if k == 0 else f"{op.name}_v{k}" for k in range(len(op.body)))
+        lines.append(f'{names} = compute({_shape(tuple(a.extent for a in op.axis))}, '
+                     f'lambda{params}: {body}, name="{op.name}")')
+    elif isinstance(op, ScatterOp):
+        dom = ", ".join(f"{a.name} in range({expr_str(a.extent)})" for a in op.axis)
+        cond = "" if isinstance(op.condition, Const) else f" if {expr_str(op.condition)}"
+        lines.append(f"{op.name} = scatter_add({_shape(op.shape)}, \"{op.dtype}\")  "
+                     f"# {op.name}[{', '.join(map(expr_str, op.index))}] += "
+                     f"{expr_str(op.value)} for {dom}{cond}")
+    return "\n".join(lines)
+
+
+def tensor_str(t: object, include_inputs: bool = False) -> str:
+    """All stages that `t` depends on, inputs first (placeholders only if asked)."""
+    from .dag import topo_order
+    from .tensor import PlaceholderOp
+    out, seen_ops = [], set()
+    for s in topo_order([t]):  # type: ignore[list-item]
+        if id(s.op) in seen_ops or (isinstance(s.op, PlaceholderOp) and not include_inputs):
+            continue
+        seen_ops.add(id(s.op))
+        out.append(stage_str(s))
+    return "\n".join(out)

@@ -1,0 +1,108 @@
+"""Reducers: the built-in sum/prod/max/min and user-defined `comm_reducer`s (tuples too)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from . import dtype as dt
+from .expr import Call, CommReducer, Expr, IterVar, Reduce, Var, as_expr, const
+from .ops import Op
+
+
+def max_value(dtype: str) -> Expr:
+    import numpy as np
+    d = dt.check(dtype)
+    return const(float("inf") if dt.is_float(d) else int(np.iinfo(d).max) if d != "bool" else True, d)
+
+
+def min_value(dtype: str) -> Expr:
+    import numpy as np
+    d = dt.check(dtype)
+    return const(float("-inf") if dt.is_float(d) else int(np.iinfo(d).min) if d != "bool" else False, d)
+
+
+def _axes(axis: Any) -> tuple[IterVar, ...]:
+    axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
+    for a in axes:
+        if not (isinstance(a, IterVar) and a.kind == "reduce"):
+            raise TypeError(f"axis= must be reduce axes made with te.reduce_axis, got `{a}`")
+    return axes
+
+
+def _is_axis_arg(axis: Any) -> bool:
+    if isinstance(axis, (list, tuple)):
+        return len(axis) > 0 and all(isinstance(a, IterVar) and a.kind == "reduce" for a in axis)
+    return isinstance(axis, IterVar) and axis.kind == "reduce"
+
+
+class Reducer:
+    """A callable reducer: `r(expr, axis=k, where=cond, init=x)` reduces; `r(a, b)` combines."""
+
+    def __init__(self, kind: str, fcombine: Callable[..., Any], fidentity: Callable[..., Any],
+                 name: str) -> None:
+        self.kind, self.fcombine, self.fidentity, self.name = kind, fcombine, fidentity, name
+        self._made: dict[tuple[str, ...], CommReducer] = {}
+
+    def make(self, dtypes: Sequence[str]) -> CommReducer:
+        """The CommReducer for these dtypes (one per dtype tuple, so equal reductions compare equal)."""
+        key = tuple(dtypes)
+        if key not in self._made:
+            self._made[key] = self._make(key)
+        return self._made[key]
+
+    def _make(self, dtypes: Sequence[str]) -> CommReducer:
+        lhs = tuple(Var(f"x{i}" if len(dtypes) > 1 else "x", d) for i, d in enumerate(dtypes))
+        rhs = tuple(Var(f"y{i}" if len(dtypes) > 1 else "y", d) for i, d in enumerate(dtypes))
+        single = len(dtypes) == 1
+        res = self.fcombine(lhs[0], rhs[0]) if single else self.fcombine(lhs, rhs)
+        ident = self.fidentity(*dtypes)
+        res = (res,) if single else tuple(res)
+        ident = (ident,) if single else tuple(ident)
+        res = tuple(as_expr(r, d).astype(d) for r, d in zip(res, dtypes, strict=True))
+        ident = tuple(as_expr(r, d).astype(d) for r, d in zip(ident, dtypes, strict=True))
+        return CommReducer(self.kind, lhs, rhs, res, ident, self.name)
+
+    def __call__(self, expr: Any, axis: Any = None, where: Any = None, init: Any = None,
+                 *args: Any) -> Any:
+        if axis is not None and not _is_axis_arg(axis) and where is None:
+            # elementwise form: te.max(a, b)
+            return self._combine2(as_expr(expr), as_expr(axis))
+        if axis is None:
+            raise TypeError(f"te.{self.name} needs axis= (a reduce_axis or a list of them), "
+                            f"or two expressions for the elementwise form")
+        multi = isinstance(expr, (tuple, list))
+        srcs = tuple(as_expr(x) for x in (expr if multi else (expr,)))
+        comb = self.make([s.dtype for s in srcs])
+        cond = const(True) if where is None else as_expr(where)
+        if cond.dtype != "bool":
+            raise TypeError(f"where= must be a condition (bool), got `{cond}`")
+        inits: tuple[Expr, ...] = ()
+        if init is not None:
+            iv = init if isinstance(init, (tuple, list)) else (init,)
+            inits = tuple(as_expr(x, s.dtype).astype(s.dtype) for x, s in zip(iv, srcs, strict=True))
+        axes = _axes(axis)
+        outs = tuple(Reduce(comb, srcs, axes, cond, i, s.dtype, inits) for i, s in enumerate(srcs))
+        return outs if multi else outs[0]
+
+    def _combine2(self, a: Expr, b: Expr) -> Expr:
+        from .visit import substitute
+        comb = self.make([dt.promote(a.dtype, b.dtype)])
+        d = comb.lhs[0].dtype
+        return substitute(comb.result[0], {comb.lhs[0]: a.astype(d), comb.rhs[0]: b.astype(d)})
+
+
+def comm_reducer(fcombine: Callable[..., Any], fidentity: Callable[..., Any],
+                 name: str = "reduce") -> Reducer:
+    """A custom commutative reducer, as `tvm.te.comm_reducer`.
+
+    `fcombine(x, y)` combines two values (two tuples for a tuple reducer) and
+    `fidentity(*dtypes)` returns the identity; e.g. argmax over `(index, value)`.
+    """
+    return Reducer("custom", fcombine, fidentity, name)
+
+
+sum = Reducer("sum", lambda x, y: x + y, lambda t: const(0, t), "sum")  # noqa: A001
+prod = Reducer("prod", lambda x, y: x * y, lambda t: const(1, t), "prod")
+max = Reducer("max", lambda x, y: Call(Op.MAX, (x, y), x.dtype), min_value, "max")  # noqa: A001
+min = Reducer("min", lambda x, y: Call(Op.MIN, (x, y), x.dtype), max_value, "min")  # noqa: A001
+
+__all__ = ["Reducer", "comm_reducer", "sum", "prod", "max", "min", "max_value", "min_value"]

@@ -1,0 +1,278 @@
+"""Tensors and the operations that produce them: placeholders, computes, scatter-adds.
+
+A `Tensor` is one output of an operation.  Tensors compare by identity (two
+placeholders with equal shapes are different inputs); expressions compare by
+structure.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from . import dtype as dt
+from .expr import Const, Expr, IterVar, Read, Reduce, Var, as_expr, const, next_uid
+from .intervals import interval
+from .ops import Op
+from .visit import children, free_vars, substitute, transform, walk
+
+
+class TensorError(ValueError):
+    """A mistake in a tensor definition or read (names the tensor and the fix)."""
+
+
+@dataclass(eq=False)
+class PlaceholderOp:
+    name: str
+    shape: tuple[Expr, ...]
+    dtype: str
+
+    @property
+    def inputs(self) -> list[Tensor]:
+        return []
+
+
+@dataclass(eq=False)
+class ComputeOp:
+    """`out[axis] = body[value_index]` for every point of the data-parallel `axis`."""
+
+    name: str
+    axis: tuple[IterVar, ...]
+    body: tuple[Expr, ...]
+    tag: str = ""
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def reduce_axis(self) -> tuple[IterVar, ...]:
+        b = self.body[0]
+        return b.axis if isinstance(b, Reduce) else ()
+
+    @property
+    def inputs(self) -> list[Tensor]:
+        seen: dict[int, Tensor] = {}
+        for b in self.body:
+            for x in walk(b):
+                if isinstance(x, Read):
+                    seen.setdefault(id(x.tensor), x.tensor)
+        return list(seen.values())
+
+
+@dataclass(eq=False)
+class ScatterOp:
+    """A scatter-add stage: `out = zeros(shape); out[index] += value` over `axis` where `condition`.
+
+    The differentiator emits it for reads it cannot invert (data-dependent
+    indices such as take/embedding); schedulers must make it race-free.
+    """
+
+    name: str
+    shape: tuple[Expr, ...]
+    dtype: str
+    axis: tuple[IterVar, ...]
+    index: tuple[Expr, ...]
+    value: Expr
+    condition: Expr
+
+    @property
+    def inputs(self) -> list[Tensor]:
+        seen: dict[int, Tensor] = {}
+        for e in (*self.index, self.value, self.condition):
+            for x in walk(e):
+                if isinstance(x, Read):
+                    seen.setdefault(id(x.tensor), x.tensor)
+        return list(seen.values())
+
+
+Operation = PlaceholderOp | ComputeOp | ScatterOp
+
+
+class Tensor:
+    """Output `value_index` of `op`; index it with `T[i, j]` or `T(i, j)` to read."""
+
+    __slots__ = ("op", "value_index", "shape", "dtype", "uid")
+
+    def __init__(self, op: Operation, value_index: int, shape: tuple[Expr, ...], dtype: str):
+        self.op, self.value_index, self.shape, self.dtype = op, value_index, shape, dtype
+        self.uid = next_uid()
+
+    @property
+    def name(self) -> str:
+        return self.op.name if self.value_index == 0 else f"{self.op.name}_v{self.value_index}"
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __getitem__(self, idx: Any) -> Read:
+        return self(*(idx if isinstance(idx, tuple) else (idx,)))
+
+    def __call__(self, *idx: Any) -> Read:
+        if len(idx) == 1 and isinstance(idx[0], (list, tuple)):
+            idx = tuple(idx[0])
+        if len(idx) != self.ndim:
+            raise TensorError(f"tensor {self.name!r} has {self.ndim} dims {shape_str(self.shape)} "
+                              f"but was read with {len(idx)} indices; pass one index per dim")
+        ix = tuple(as_expr(i) for i in idx)
+        for d, i in enumerate(ix):
+            if not dt.is_int(i.dtype):
+                raise TensorError(f"index {d} of tensor {self.name!r} is `{i}` of dtype {i.dtype}; "
+                                  f"indices must be integers (use .astype('int32'))")
+        return Read(self, ix, self.dtype)
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name}, shape={shape_str(self.shape)}, dtype={self.dtype})"
+
+    def __str__(self) -> str:
+        from .printer import tensor_str
+        return tensor_str(self)
+
+    # Tensors are values in the DAG: identity semantics
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __bool__(self) -> bool:
+        return True
+
+
+def shape_str(shape: Sequence[Expr]) -> str:
+    from .printer import expr_str
+    inner = ", ".join(expr_str(s) for s in shape)
+    return f"({inner},)" if len(shape) == 1 else f"({inner})"
+
+
+def _shape(shape: Any, what: str) -> tuple[Expr, ...]:
+    if isinstance(shape, (int, Expr)):
+        shape = (shape,)
+    out = []
+    for s in shape:
+        e = as_expr(s)
+        if not dt.is_int(e.dtype):
+            raise TensorError(f"{what}: dimension `{e}` must be an integer")
+        if isinstance(e, Const) and e.value < 0:
+            raise TensorError(f"{what}: dimension {e.value} is negative")
+        out.append(e)
+    return tuple(out)
+
+
+def placeholder(shape: Any, dtype: str = "float32", name: str = "placeholder") -> Tensor:
+    """An input tensor (`tvm.te.placeholder`)."""
+    op = PlaceholderOp(name, _shape(shape, f"placeholder {name!r}"), dt.check(dtype))
+    return Tensor(op, 0, op.shape, op.dtype)
+
+
+def var(name: str = "n", dtype: str = "int32") -> Var:
+    """A symbolic scalar (e.g. a dimension), bound from the input shapes at call time."""
+    return Var(name, dt.check(dtype))
+
+
+def reduce_axis(dom: tuple[Any, Any], name: str = "rv") -> IterVar:
+    """A reduction axis over [lo, hi) (`tvm.te.reduce_axis`)."""
+    lo, hi = (as_expr(x) for x in dom)
+    ext = hi - lo if not (isinstance(lo, Const) and lo.value == 0) else hi
+    if isinstance(ext, Expr) and all(isinstance(c, Const) for c in children(ext)) and children(ext):
+        ext = const(int(hi.value) - int(lo.value))  # type: ignore[attr-defined]
+    return IterVar(name, lo, ext, "reduce")
+
+
+def _param_names(fcompute: Callable[..., Any], n: int, name: str) -> list[str]:
+    try:
+        params = list(inspect.signature(fcompute).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return [f"i{k}" for k in range(n)]
+    if len(params) != n:
+        raise TensorError(f"compute {name!r}: shape has {n} dims but the lambda takes "
+                          f"{len(params)} arguments; take one index per output dim")
+    return [p.name for p in params]
+
+
+def compute(shape: Any, fcompute: Callable[..., Any], name: str = "compute", tag: str = "",
+            attrs: dict[str, Any] | None = None) -> Any:
+    """Define `out[i...] = fcompute(i...)` (`tvm.te.compute`).
+
+    A list/tuple body gives a multi-output compute (returns a list of tensors).
+    A reduction nested inside a larger body is split into its own stage.
+    """
+    shp = _shape(shape, f"compute {name!r}")
+    names = _param_names(fcompute, len(shp), name)
+    axes = tuple(IterVar(n, const(0), s, "data") for n, s in zip(names, shp, strict=True))
+    res = fcompute(*axes)
+    multi = isinstance(res, (list, tuple))
+    bodies = tuple(as_expr(b) for b in (res if multi else (res,)))
+    if not bodies:
+        raise TensorError(f"compute {name!r}: the lambda returned no expression")
+    bodies = tuple(_split_nested(b, name, k) for k, b in enumerate(bodies))
+    _check_reads(bodies, name)
+    op = ComputeOp(name, axes, bodies, tag, dict(attrs or {}))
+    outs = [Tensor(op, k, shp, b.dtype) for k, b in enumerate(bodies)]
+    return outs if multi else outs[0]
+
+
+def _split_nested(body: Expr, name: str, k: int) -> Expr:
+    """Move every reduction that is not the whole body into a stage of its own."""
+    counter = [0]
+    lifted: dict[Expr, Expr] = {}  # structurally equal reductions share one stage
+
+    def lift(e: Expr) -> Expr | None:
+        if not isinstance(e, Reduce):
+            return None
+        if e in lifted:
+            return lifted[e]
+        if len(e.source) > 1:
+            raise TensorError(f"compute {name!r}: a tuple reduction must be the whole body")
+        outer = [v for v in free_vars(e) if isinstance(v, IterVar)]
+        new_axes = tuple(IterVar(v.name, const(0), v.extent, "data") for v in outer)
+        shift = {v: a + v.lo if not _is_zero(v.lo) else a for v, a in zip(outer, new_axes, strict=True)}
+        inner_body = substitute(e, shift)
+        counter[0] += 1
+        stage_name = f"{name}_red{counter[0]}" if k == 0 else f"{name}_{k}_red{counter[0]}"
+        op = ComputeOp(stage_name, new_axes, (inner_body,))
+        t = Tensor(op, 0, tuple(a.extent for a in new_axes), e.dtype)
+        lifted[e] = Read(t, tuple(v - v.lo if not _is_zero(v.lo) else v for v in outer), e.dtype)
+        return lifted[e]
+
+    if isinstance(body, Reduce):
+        n = len(body.source)
+        kids = tuple(transform(c, lift) for c in children(body))
+        return Reduce(body.combiner, kids[:n], body.axis, kids[n], body.value_index, body.dtype,
+                      kids[n + 1:])
+    return transform(body, lift)
+
+
+def _is_zero(e: Expr) -> bool:
+    return isinstance(e, Const) and e.value == 0
+
+
+def _check_reads(bodies: tuple[Expr, ...], name: str) -> None:
+    """Reject reads that are out of bounds for every point of the domain (decidable cases)."""
+    for b in bodies:
+        for r in _unguarded_reads(b):
+            for d, (ix, ext) in enumerate(zip(r.indices, r.tensor.shape, strict=True)):
+                lo, hi = interval(ix)
+                n = ext.value if isinstance(ext, Const) else None
+                if (hi is not None and hi < 0) or (lo is not None and n is not None and lo >= n):
+                    raise TensorError(
+                        f"compute {name!r}: read {r} is out of bounds in dim {d} of tensor "
+                        f"{r.tensor.name!r} (shape {shape_str(r.tensor.shape)}): index `{ix}` "
+                        f"takes values in [{lo}, {hi}]; guard it with te.if_then_else or fix the index")
+
+
+def _unguarded_reads(e: Expr) -> list[Read]:
+    """Reads not inside a select branch (guarded reads may be out of bounds where dead)."""
+    out: list[Read] = []
+
+    def go(x: Expr) -> None:
+        if isinstance(x, Read):
+            out.append(x)
+        from .expr import Call
+        if isinstance(x, Call) and x.op is Op.SELECT:
+            go(x.args[0])
+            return
+        for c in children(x):
+            go(c)
+
+    go(e)
+    return out

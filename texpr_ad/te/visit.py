@@ -1,0 +1,94 @@
+"""Generic traversal of expressions: children, rebuild, bottom-up rewrite, substitution."""
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+from .expr import Call, Expr, IterVar, Read, Reduce, Var
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    match e:
+        case Call(args=args):
+            return args
+        case Read(indices=idx):
+            return idx
+        case Reduce():
+            return e.source + (e.condition,) + e.init
+    return ()
+
+
+def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
+    """`e` with its children replaced by `kids` (returns `e` itself when nothing changed)."""
+    if all(a is b for a, b in zip(children(e), kids, strict=True)):
+        return e
+    match e:
+        case Call():
+            return Call(e.op, kids, e.dtype)
+        case Read():
+            return Read(e.tensor, kids, e.dtype)
+        case Reduce():
+            n = len(e.source)
+            return Reduce(e.combiner, kids[:n], e.axis, kids[n], e.value_index, e.dtype, kids[n + 1:])
+    return e
+
+
+def transform(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
+    """Rewrite bottom-up: children first, then `fn` on the rebuilt node (None keeps it)."""
+    memo: dict[int, tuple[Expr, Expr]] = {}
+
+    def go(x: Expr) -> Expr:
+        hit = memo.get(id(x))
+        if hit is not None:
+            return hit[1]
+        y = rebuild(x, tuple(go(c) for c in children(x)))
+        r = fn(y)
+        out = y if r is None else r
+        memo[id(x)] = (x, out)
+        return out
+
+    return go(e)
+
+
+def substitute(e: Expr, mapping: dict[Expr, Expr]) -> Expr:
+    """Replace variables (Var / IterVar leaves) by expressions."""
+    if not mapping:
+        return e
+    return transform(e, lambda x: mapping.get(x) if isinstance(x, (Var, IterVar)) else None)
+
+
+def walk(e: Expr) -> Iterator[Expr]:
+    """Every distinct node of `e`, children before parents."""
+    seen: set[int] = set()
+    stack: list[tuple[Expr, bool]] = [(e, False)]
+    while stack:
+        x, done = stack.pop()
+        if done:
+            yield x
+            continue
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        stack.append((x, True))
+        stack.extend((c, False) for c in reversed(children(x)))
+
+
+def free_vars(e: Expr) -> list[Var | IterVar]:
+    """Variables used in `e`, in first-use order, excluding the axes `e`'s reductions bind."""
+    bound: set[IterVar] = set()
+    out: dict[Expr, None] = {}
+    for x in walk(e):
+        if isinstance(x, Reduce):
+            bound.update(x.axis)
+        elif isinstance(x, (Var, IterVar)):
+            out[x] = None
+    for x in walk(e):  # variables inside symbolic extents of reduce axes
+        if isinstance(x, Reduce):
+            for ax in x.axis:
+                for v in list(walk(ax.lo)) + list(walk(ax.extent)):
+                    if isinstance(v, (Var, IterVar)):
+                        out[v] = None
+    return [v for v in out if v not in bound]
+
+
+def reads(e: Expr) -> list[Read]:
+    return [x for x in walk(e) if isinstance(x, Read)]
