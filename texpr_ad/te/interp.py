@@ -63,6 +63,7 @@ class _Ctx:
     def __init__(self, values: dict[int, np.ndarray], env: dict[Expr, Any], rank: int):
         self.values, self.env, self.rank = values, env, rank
         self.reduce_pos: dict[IterVar, int] = {}
+        self.axis_masks: dict[IterVar, np.ndarray] = {}
 
 
 def _eval(e: Expr, cx: _Ctx, mask: np.ndarray | None) -> Any:
@@ -125,7 +126,15 @@ def _scalar(e: Expr) -> Any:
 
 def _reduce(red: Reduce, cx: _Ctx, mask: np.ndarray | None) -> np.ndarray:
     pos = [cx.reduce_pos[a] for a in red.axis]
-    cond = np.asarray(_eval(red.condition, cx, mask), dtype=bool)
+    # the condition may read tensors: evaluate it only where the axes' own bounds hold
+    amask = None
+    for a in red.axis:
+        if a in cx.axis_masks:
+            amask = cx.axis_masks[a] if amask is None else (amask & cx.axis_masks[a])
+    inner = amask if mask is None else (mask if amask is None else mask & amask)
+    cond = np.asarray(_eval(red.condition, cx, inner), dtype=bool)
+    if amask is not None:
+        cond = cond & amask
     live = cond if mask is None else (mask & cond)
     raw = [np.asarray(_eval(s, cx, live)) for s in red.source]
     full = np.broadcast_shapes(live.shape, *[np.shape(cx.env[a]) for a in red.axis],
@@ -136,8 +145,9 @@ def _reduce(red: Reduce, cx: _Ctx, mask: np.ndarray | None) -> np.ndarray:
     n = len(red.source)
     if kind in ("sum", "prod", "max", "min"):
         fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[kind]
-        x = np.where(live, srcs[0], _identity(red, 0))
-        res = [fn(x, axis=tuple(pos), keepdims=True).astype(red.dtype)]
+        ident = _identity(red, 0)
+        x = np.where(live, srcs[0], ident)
+        res = [fn(x, axis=tuple(pos), keepdims=True, initial=ident).astype(red.dtype)]
     else:
         res = _custom_reduce(red, srcs, live, pos, cx)
     if red.init:
@@ -176,15 +186,28 @@ def _custom_reduce(red: Reduce, srcs: list[np.ndarray], live: np.ndarray, pos: l
     return out
 
 
-def _axis_env(axes: Sequence[IterVar], start: int, rank: int, cx: _Ctx) -> dict[Expr, Any]:
-    env: dict[Expr, Any] = {}
+def _axis_env(axes: Sequence[IterVar], start: int, rank: int, cx: _Ctx) -> None:
+    """Bind each axis to an arange along its own dim (in order, so bounds may use earlier axes).
+
+    An axis whose bounds depend on other axes spans the union of its ranges and
+    gets a mask `lo <= t < lo + extent`, recorded in `cx.axis_masks`.
+    """
     for k, a in enumerate(axes):
-        lo = int(np.asarray(_eval(a.lo, cx, None)))
-        n = int(np.asarray(_eval(a.extent, cx, None)))
+        lo = np.asarray(_eval(a.lo, cx, None)).astype(np.int64)
+        ext = np.asarray(_eval(a.extent, cx, None)).astype(np.int64)
         shape = [1] * rank
+        if lo.ndim == 0 and ext.ndim == 0:
+            n = max(int(ext), 0)
+            shape[start + k] = n
+            cx.env[a] = (np.arange(n, dtype=np.int64) + int(lo)).reshape(shape)
+            continue
+        lo_b, hi_b = np.broadcast_arrays(lo, lo + ext)
+        base = int(lo_b.min()) if lo_b.size else 0
+        n = max(int(hi_b.max()) - base, 0) if hi_b.size else 0
         shape[start + k] = n
-        env[a] = (np.arange(n, dtype=np.int64) + lo).reshape(shape)
-    return env
+        t = (np.arange(n, dtype=np.int64) + base).reshape(shape)
+        cx.env[a] = t
+        cx.axis_masks[a] = (t >= lo) & (t < lo + ext)
 
 
 def _compute(op: ComputeOp, cx_values: dict[int, np.ndarray], vars_env: dict[Expr, Any]) -> list[np.ndarray]:
@@ -196,8 +219,8 @@ def _compute(op: ComputeOp, cx_values: dict[int, np.ndarray], vars_env: dict[Exp
     d = len(op.axis)
     rank = d + len(raxes)
     cx = _Ctx(cx_values, dict(vars_env), rank)
-    cx.env.update(_axis_env(op.axis, 0, rank, cx))
-    cx.env.update(_axis_env(list(raxes), d, rank, cx))
+    _axis_env(op.axis, 0, rank, cx)
+    _axis_env(list(raxes), d, rank, cx)
     cx.reduce_pos = {a: d + k for k, a in enumerate(raxes)}
     shape = tuple(int(np.asarray(_eval(a.extent, cx, None))) for a in op.axis)
     outs = []
@@ -213,7 +236,7 @@ def _compute(op: ComputeOp, cx_values: dict[int, np.ndarray], vars_env: dict[Exp
 def _scatter(op: ScatterOp, values: dict[int, np.ndarray], vars_env: dict[Expr, Any]) -> np.ndarray:
     rank = len(op.axis)
     cx = _Ctx(values, dict(vars_env), rank)
-    cx.env.update(_axis_env(op.axis, 0, rank, cx))
+    _axis_env(op.axis, 0, rank, cx)
     shape = tuple(int(np.asarray(_eval(s, cx, None))) for s in op.shape)
     dom = tuple(int(np.asarray(_eval(a.extent, cx, None))) for a in op.axis)
     out = np.zeros(shape, dtype=op.dtype)

@@ -21,6 +21,8 @@ def interval(e: Expr) -> Interval:
             return (int(v), int(v))
         case IterVar(lo=Const(value=lo), extent=Const(value=n)):
             return (int(lo), int(lo) + int(n) - 1)
+        case IterVar(lo=lo, extent=n):
+            return (interval(lo)[0], interval(lo + n - 1)[1])
         case Call(op=Op.ADD, args=(a, b)):
             (al, ah), (bl, bh) = interval(a), interval(b)
             return (None if al is None or bl is None else al + bl,

@@ -194,10 +194,11 @@ def compute(shape: Any, fcompute: Callable[..., Any], name: str = "compute", tag
     """Define `out[i...] = fcompute(i...)` (`tvm.te.compute`).
 
     A list/tuple body gives a multi-output compute (returns a list of tensors).
+    Axis names come from the lambda's parameters (or `fcompute.axis_names`).
     A reduction nested inside a larger body is split into its own stage.
     """
     shp = _shape(shape, f"compute {name!r}")
-    names = _param_names(fcompute, len(shp), name)
+    names = getattr(fcompute, "axis_names", None) or _param_names(fcompute, len(shp), name)
     axes = tuple(IterVar(n, const(0), s, "data") for n, s in zip(names, shp, strict=True))
     res = fcompute(*axes)
     multi = isinstance(res, (list, tuple))

@@ -1,0 +1,352 @@
+"""Reverse mode over the stages of a tensor DAG: `grad(output, inputs, head)`.
+
+For a stage `Y[i] = body(i, r)` reading `X[g(i, r)]` the contribution is
+
+    dX[j] += sum_{(i, r) : g(i, r) = j, guards} dY[i] * d body / d X[g(i, r)]
+
+Each read becomes a `Term`; the index solver turns a term into a gather (new
+reduction axes with bounds derived from the domain) and only reads it cannot
+invert (data-dependent indices) become scatter-add stages.  Stages are visited
+in reverse topological order, so a tensor read by several stages accumulates
+all its terms before its own adjoint is built.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .. import te
+from ..te import dtype as dt
+from ..te.expr import Const, Expr, IterVar, Reduce, const
+from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
+from ..te.visit import substitute
+from .collect import collect
+from .errors import GradientError, NotDifferentiableError
+from .simplify import simplify
+try:
+    from .solver import invert
+except ImportError:  # TEMPORARY while the solver lands: everything scatters
+    def invert(*args, **kw):  # type: ignore[no-redef]
+        return None
+
+
+@dataclass(frozen=True)
+class Term:
+    """`dX[index(a)] += value(a)` for every point `a` of `unknowns` where all `guards` hold."""
+
+    index: tuple[Expr, ...]
+    unknowns: tuple[IterVar, ...]
+    value: Expr
+    guards: tuple[Expr, ...]
+
+
+def _all(conds: Sequence[Expr]) -> Expr:
+    out: Expr = const(True)
+    for c in conds:
+        out = c if isinstance(out, Const) else out & c
+    return out
+
+
+# -- per-stage rules ----------------------------------------------------------------------
+
+def _sum_terms(body: Reduce, data: tuple[IterVar, ...], head: Expr, wanted: Callable[[Tensor], bool],
+               where: str) -> list[tuple[Tensor, Term]]:
+    """sum: d Y[i] / d src(i, r) = 1 where the condition holds."""
+    unknowns = data + body.axis
+    out = [(c.read.tensor, Term(c.read.indices, unknowns, head * c.coeff, c.guards + (body.condition,)))
+           for c in collect(body.source[0], wanted, where)]
+    if body.init:
+        out += [(c.read.tensor, Term(c.read.indices, data, head * c.coeff, c.guards))
+                for c in collect(body.init[0], wanted, where)]
+    return out
+
+
+def tie_count(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Tensor:
+    """`cnt[i] = sum_r [src(i, r) == Y[i]]` (+ [init == Y[i]]): how many elements attain the extreme."""
+    src = body.source[0]
+    one, zero = const(1.0, Y.dtype), const(0.0, Y.dtype)
+
+    def count(*i: IterVar) -> Expr:
+        m = dict(zip(data, i, strict=True))
+        hit = te.if_then_else(substitute(src, m).eq(Y[i]), one, zero)
+        n = te.sum(hit, axis=list(body.axis), where=substitute(body.condition, m))
+        if body.init:
+            n = n + te.if_then_else(substitute(body.init[0], m).eq(Y[i]), one, zero)
+        return n
+
+    return te.compute(Y.shape, count, name=f"{Y.name}_ties")
+
+
+def prod_partial(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Expr:
+    """d prod_r src / d src(i, r) without dividing by zero: with z = #zeros, p = product of non-zeros,
+
+        = [z == 0] p / src      where src != 0
+        = [z == 1] p            where src == 0
+    """
+    src = body.source[0]
+    one, zero = const(1.0, Y.dtype), const(0.0, Y.dtype)
+
+    def sub(i: tuple[IterVar, ...], e: Expr) -> Expr:
+        return substitute(e, dict(zip(data, i, strict=True)))
+
+    nz = te.compute(Y.shape, lambda *i: te.sum(te.if_then_else(sub(i, src).eq(zero), one, zero),
+                                               axis=list(body.axis), where=sub(i, body.condition)),
+                    name=f"{Y.name}_zeros")
+    pnz = te.compute(Y.shape, lambda *i: te.prod(te.if_then_else(sub(i, src).eq(zero), one, sub(i, src)),
+                                                 axis=list(body.axis), where=sub(i, body.condition)),
+                     name=f"{Y.name}_nonzero_prod")
+    z, p = nz[data], pnz[data]
+    return te.if_then_else(src.eq(zero), te.if_then_else(z.eq(one), p, zero),
+                           te.if_then_else(z.eq(zero), p / src, zero))
+
+
+def _extreme_terms(body: Reduce, Y: Tensor, data: tuple[IterVar, ...], head: Expr,
+                   wanted: Callable[[Tensor], bool], where: str) -> list[tuple[Tensor, Term]]:
+    """max/min: the adjoint goes to the arg-extremes; ties split it evenly (PyTorch amax, JAX).
+
+        cnt[i] = sum_r [src(i, r) == Y[i]]        dsrc(i, r) = dY[i] / cnt[i]  where src == Y[i]
+    """
+    src, yi = body.source[0], Y[data]
+    cnt = tie_count(body, Y, data)
+    share = head / cnt[data]
+    unknowns = data + body.axis
+    out = [(c.read.tensor, Term(c.read.indices, unknowns, share * c.coeff,
+                                c.guards + (body.condition, src.eq(yi))))
+           for c in collect(src, wanted, where)]
+    if body.init:
+        out += [(c.read.tensor, Term(c.read.indices, data, share * c.coeff,
+                                     c.guards + (body.init[0].eq(yi),)))
+                for c in collect(body.init[0], wanted, where)]
+    return out
+
+
+def _prod_terms(body: Reduce, Y: Tensor, data: tuple[IterVar, ...], head: Expr,
+                wanted: Callable[[Tensor], bool], where: str) -> list[tuple[Tensor, Term]]:
+    """prod: the zero-safe partial (see `prod_partial`) times the head."""
+    if body.init:
+        raise NotDifferentiableError(f"{where}: prod with init= is not supported; multiply instead")
+    d = prod_partial(body, Y, data)
+    return [(c.read.tensor, Term(c.read.indices, data + body.axis, head * d * c.coeff,
+                                 c.guards + (body.condition,)))
+            for c in collect(body.source[0], wanted, where)]
+
+
+def _stage_terms(op: ComputeOp | ScatterOp, outs: dict[int, Tensor], heads: dict[int, Tensor],
+                 prefix: tuple[IterVar, ...], wanted: Callable[[Tensor], bool]
+                 ) -> list[tuple[Tensor, Term]]:
+    where = f"stage {op.name!r}"
+    if isinstance(op, ScatterOp):
+        head = heads[0][prefix + op.index]
+        return [(c.read.tensor, Term(c.read.indices, op.axis, head * c.coeff, c.guards + (op.condition,)))
+                for c in collect(op.value, wanted, where)]
+    terms: list[tuple[Tensor, Term]] = []
+    data = op.axis
+    for k, body in enumerate(op.body):
+        if k not in heads:
+            continue
+        head = heads[k][prefix + data]
+        if not isinstance(body, Reduce):
+            terms += [(c.read.tensor, Term(c.read.indices, data, head * c.coeff, c.guards))
+                      for c in collect(body, wanted, where)]
+            continue
+        kind = body.combiner.kind
+        if kind == "sum":
+            terms += _sum_terms(body, data, head, wanted, where)
+        elif kind in ("max", "min"):
+            terms += _extreme_terms(body, outs[k], data, head, wanted, where)
+        elif kind == "prod":
+            terms += _prod_terms(body, outs[k], data, head, wanted, where)
+        else:
+            raise NotDifferentiableError(
+                f"{where}: custom reducer {body.combiner.name or 'reducer'!r} has a float output; "
+                "only sum/prod/max/min reductions are differentiable (argmax-style index outputs "
+                "are not differentiable)")
+    return terms
+
+
+# -- building adjoint tensors from terms --------------------------------------------------
+
+class _Builder:
+    def __init__(self, prefix_vars: tuple[IterVar, ...], prefix_shape: tuple[Expr, ...]):
+        self.prefix_vars, self.prefix_shape = prefix_vars, prefix_shape
+        self.strategy: dict[str, list[str]] = {}
+
+    def build(self, X: Tensor, terms: list[Term], name: str, extra: Tensor | None = None) -> Tensor:
+        """The adjoint of X: the sum of its gather terms, scatter stages and `extra` (a head)."""
+        np_ = len(self.prefix_vars)
+        shape = self.prefix_shape + X.shape
+        scatters: dict[int, Tensor] = {}
+        kinds: list[str] = []
+
+        def body(*idx: IterVar) -> Expr:
+            p, j = idx[:np_], idx[np_:]
+            psub = dict(zip(self.prefix_vars, p, strict=True))
+            parts: list[Expr] = []
+            for n, t in enumerate(terms):
+                g = self._gather(t, psub, j, X.dtype)
+                if g is None:
+                    if n not in scatters:
+                        scatters[n] = self._scatter(X, t, f"{name}_scatter{len(scatters)}")
+                    parts.append(scatters[n][idx])
+                    kinds.append("scatter")
+                else:
+                    parts.append(g)
+                    kinds.append("gather")
+            if extra is not None:
+                parts.append(extra[idx])
+            out = parts[0]
+            for e in parts[1:]:
+                out = out + e
+            return out.astype(X.dtype)
+
+        if len(terms) == 1 and extra is None:  # a lone scatter needs no wrapping stage
+            probe = self._gather(terms[0], dict(zip(self.prefix_vars, self.prefix_vars, strict=True)),
+                                 tuple(IterVar(f"j{d}", const(0), s) for d, s in enumerate(X.shape)), X.dtype)
+            if probe is None:
+                self.strategy[name] = ["scatter"]
+                return self._scatter(X, terms[0], name)
+        body.axis_names = self._axis_names(X, terms)  # type: ignore[attr-defined]
+        out = te.compute(shape, body, name=name, tag="adjoint")
+        self.strategy[name] = kinds
+        return out
+
+    def _axis_names(self, X: Tensor, terms: list[Term]) -> list[str]:
+        """Name the adjoint's axes as the forward read named them (`dA[i, k]`), else ax0..."""
+        names = [v.name for v in self.prefix_vars]
+        for d in range(X.ndim):
+            cands = [t.index[d].name for t in terms if isinstance(t.index[d], IterVar)]
+            n = cands[0] if cands else f"ax{d}"
+            names.append(n if n not in names else f"{n}{d}")
+        return names
+
+    def _gather(self, t: Term, psub: dict[IterVar, IterVar], j: Sequence[IterVar], dtype: str) -> Expr | None:
+        index = tuple(simplify(substitute(i, psub)) for i in t.index)
+        guards = tuple(simplify(substitute(g, psub)) for g in t.guards if not _is_true(g))
+        inv = invert(index, t.unknowns, tuple(j), guards)
+        if inv is None:
+            return None
+        value = simplify(substitute(substitute(t.value, psub), inv.subst)).astype(dtype)
+        conds = [simplify(substitute(c, inv.subst)) for c in inv.conditions]
+        conds = [c for c in conds if not _is_true(c)]
+        if inv.new_axes:
+            return te.sum(value, axis=list(inv.new_axes), where=_all(conds) if conds else None)
+        return te.if_then_else(_all(conds), value, const(0.0, dtype)) if conds else value
+
+    def _scatter(self, X: Tensor, t: Term, name: str) -> Tensor:
+        copies: dict[Expr, Expr] = {}
+        axes: list[IterVar] = []
+        for v in self.prefix_vars + t.unknowns:
+            a = IterVar(v.name, substitute(v.lo, copies), substitute(v.extent, copies), "data")
+            copies[v] = a
+            axes.append(a)
+        index = tuple(simplify(substitute(i, copies)) for i in self.prefix_vars + t.index)
+        value = simplify(substitute(t.value, copies)).astype(X.dtype)
+        cond = simplify(substitute(_all(t.guards), copies))
+        op = ScatterOp(name, self.prefix_shape + X.shape, X.dtype, tuple(axes), index, value, cond)
+        return Tensor(op, 0, op.shape, op.dtype)
+
+
+def _is_true(e: Expr) -> bool:
+    return isinstance(e, Const) and e.value is True
+
+
+def zeros_like(X: Tensor, prefix_shape: tuple[Expr, ...] = (), name: str = "") -> Tensor:
+    """An exact-zero adjoint (marked `attrs["zero"]` so reports can say so)."""
+    return te.compute(prefix_shape + X.shape, lambda *i: const(0.0, X.dtype),
+                      name=name or f"d{X.name}", tag="adjoint", attrs={"zero": True})
+
+
+# -- the public entry -----------------------------------------------------------------------
+
+def _check_head(out: Tensor, head: Tensor) -> tuple[Expr, ...]:
+    n, m = out.ndim, head.ndim
+    if m < n or any(not a.same_as(b) for a, b in zip(head.shape[m - n:], out.shape, strict=True)):
+        raise GradientError(f"head {head.name!r} has shape {te.tensor.shape_str(head.shape)}; it must be "
+                            f"the output {out.name!r}'s shape {te.tensor.shape_str(out.shape)} "
+                            "(optionally with leading extra dims)")
+    if head.dtype != out.dtype:
+        raise GradientError(f"head {head.name!r} is {head.dtype} but output {out.name!r} is {out.dtype}")
+    return head.shape[: m - n]
+
+
+def _eye(out: Tensor) -> Tensor:
+    n = out.ndim
+    one, zero = const(1.0, out.dtype), const(0.0, out.dtype)
+    return te.compute(out.shape + out.shape,
+                      lambda *ix: te.if_then_else(te.all(*(ix[k].eq(ix[n + k]) for k in range(n))), one, zero)
+                      if n else one, name=f"{out.name}_eye")
+
+
+def grad(output: Tensor | Sequence[Tensor], inputs: Sequence[Tensor],
+         head: Tensor | Sequence[Tensor] | None = None) -> list[Tensor | None]:
+    """Adjoints of `output` with respect to each of `inputs`, as te tensors.
+
+    `head` has the output's shape, optionally with leading extra dims P; each
+    adjoint then has shape P + input.shape.  `head=None` gives the full Jacobian
+    (P = output.shape; TVM's old `te.gradient`).  Integer inputs get None; a
+    float input the output does not depend on gets an exact-zero tensor.
+    Several outputs take a list of heads.
+    """
+    outs = list(output) if isinstance(output, (list, tuple)) else [output]
+    if head is None:
+        if len(outs) != 1:
+            raise GradientError("head=None (Jacobian) needs a single output; pass one head per output")
+        heads = [_eye(outs[0])]
+    else:
+        heads = list(head) if isinstance(head, (list, tuple)) else [head]
+    if len(heads) != len(outs):
+        raise GradientError(f"got {len(heads)} heads for {len(outs)} outputs; pass one head per output")
+    for o in outs:
+        if not dt.is_float(o.dtype):
+            raise GradientError(f"output {o.name!r} has dtype {o.dtype}; only float outputs can be "
+                                "differentiated (integer outputs have no gradient)")
+    prefixes = [_check_head(o, h) for o, h in zip(outs, heads, strict=True)]
+    prefix_shape = prefixes[0]
+    if any(len(p) != len(prefix_shape) or any(not a.same_as(b) for a, b in zip(p, prefix_shape, strict=True))
+           for p in prefixes):
+        raise GradientError("all heads must have the same leading extra dims")
+    prefix = tuple(IterVar(f"p{k}", const(0), s) for k, s in enumerate(prefix_shape))
+    inputs = list(inputs)
+    order = te.topo_order(outs)
+    wrt = {x for x in inputs}
+    depends: dict[Tensor, bool] = {}
+    for t in order:
+        depends[t] = t in wrt or any(depends.get(x, False) for x in t.op.inputs)
+
+    def wanted(t: Tensor) -> bool:
+        return depends.get(t, False) and dt.is_float(t.dtype)
+
+    builder = _Builder(prefix, prefix_shape)
+    given = {o: h for o, h in zip(outs, heads, strict=True)}
+    adj: dict[Tensor, Tensor] = {}
+    pending: dict[Tensor, list[Term]] = {}
+    ops: dict[int, list[Tensor]] = {}
+    for t in order:
+        ops.setdefault(id(t.op), []).append(t)
+    for group in reversed(list(ops.values())):
+        op = group[0].op
+        if isinstance(op, PlaceholderOp) or not any(depends[t] for t in group):
+            continue
+        for t in group:
+            if t in pending:
+                adj[t] = builder.build(t, pending.pop(t), f"d{t.name}", extra=given.get(t))
+            elif t in given:
+                adj[t] = given[t]
+        heads_here = {t.value_index: adj[t] for t in group if t in adj}
+        if not heads_here:
+            continue
+        for X, term in _stage_terms(op, {t.value_index: t for t in group}, heads_here, prefix, wanted):
+            pending.setdefault(X, []).append(term)
+    result: list[Tensor | None] = []
+    for x in inputs:
+        if not dt.is_float(x.dtype):
+            result.append(None)
+        elif x in pending:
+            result.append(builder.build(x, pending[x], f"d{x.name}", extra=given.get(x)))
+        elif x in adj:
+            result.append(adj[x])
+        elif x in given:
+            result.append(given[x])
+        else:
+            result.append(zeros_like(x, prefix_shape))
+    return result

@@ -1,0 +1,82 @@
+"""Reverse mode over one scalar expression: the partial derivative of a stage's
+value with respect to every tensor read in it, with the path's guards.
+
+    Y[i] = select(i >= 1, X[i - 1], 0) * W[i]
+    -> [(X[i - 1], coeff=W[i], guards=[i >= 1]), (W[i], coeff=select(...), guards=[])]
+
+Every read is its own contribution (`A[i, j] + A[j, i]` gives two), so no
+Jacobian condition over all pairs is ever built.  Select branches become
+guards (later iteration constraints), never multiplications by zero.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..te import dtype as dt
+from ..te.expr import Call, Const, Expr, Read, Reduce
+from ..te.ops import Op
+from ..te.tensor import Tensor
+from ..te.visit import children
+from .errors import NotDifferentiableError
+from .rules import PARTIALS
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """d value / d read = coeff, valid where all guards hold."""
+
+    read: Read
+    coeff: Expr
+    guards: tuple[Expr, ...]
+
+
+def _mul(a: Expr | None, b: Expr) -> Expr:
+    if a is None:
+        return b
+    if isinstance(b, Const) and b.value == 1:
+        return a
+    return a * b
+
+
+def collect(e: Expr, wanted: Callable[[Tensor], bool], where: str) -> list[Contribution]:
+    """All contributions of reads of `wanted` tensors in `e` (reads in indices excluded)."""
+    needs_memo: dict[int, bool] = {}
+
+    def needs(x: Expr) -> bool:
+        k = id(x)
+        if k not in needs_memo:
+            if isinstance(x, Read):
+                needs_memo[k] = wanted(x.tensor) and dt.is_float(x.dtype)
+            else:
+                needs_memo[k] = any(needs(c) for c in children(x))
+        return needs_memo[k]
+
+    out: dict[tuple[Read, tuple[Expr, ...]], Expr] = {}
+
+    def go(x: Expr, adj: Expr | None, guards: tuple[Expr, ...]) -> None:
+        if not needs(x):
+            return
+        match x:
+            case Read():
+                key = (x, guards)
+                one = Const(1.0, x.dtype)
+                c = adj if adj is not None else one
+                out[key] = c if key not in out else out[key] + c
+            case Call(op=Op.SELECT, args=(c, a, b)):
+                go(a, adj, guards + (c,))
+                go(b, adj, guards + (Call(Op.NOT, (c,), "bool"),))
+            case Call(op=op, args=args):
+                rule = PARTIALS.get(op)
+                if rule is None:
+                    raise NotDifferentiableError(f"{where}: no derivative rule for `{op.name.lower()}` "
+                                                 f"in `{x}`")
+                for arg, p in zip(args, rule(x), strict=True):
+                    if p is not None and needs(arg):
+                        go(arg, _mul(adj, p), guards)
+            case Reduce():
+                raise NotDifferentiableError(f"{where}: a reduction nested in an expression "
+                                             "(te.compute splits these into stages)")
+
+    go(e, None, ())
+    return [Contribution(r, c, g) for (r, g), c in out.items()]

@@ -1,0 +1,199 @@
+"""Algebraic simplification so derived adjoints read like hand-written ones.
+
+A list of small rewrite rules, each matching one shape, applied bottom-up to a
+fixpoint; integer index arithmetic is additionally brought to a canonical
+affine form (`h + 1 - kh`).  Floats are never reassociated: only constants are
+folded and neutral elements dropped.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..te import dtype as dt
+from ..te.expr import Call, Const, Expr
+from ..te.interp import NUMPY_IMPL
+from ..te.ops import Op
+from ..te.visit import transform
+
+Rule = Callable[[Expr], Expr | None]
+
+
+def _is(e: Expr, v: float) -> bool:
+    return isinstance(e, Const) and not isinstance(e.value, bool) and e.value == v
+
+
+def _fold(e: Expr) -> Expr | None:
+    """Call of constants -> constant."""
+    if not (isinstance(e, Call) and e.args and all(isinstance(a, Const) for a in e.args)):
+        return None
+    if e.op is Op.SELECT:
+        return e.args[1] if e.args[0].value else e.args[2]  # type: ignore[attr-defined]
+    if e.op is Op.CAST:
+        v = e.args[0].value  # type: ignore[attr-defined]
+        return Const(int(v) if dt.is_int(e.dtype) else v, e.dtype)
+    if e.op is Op.ERF or (dt.is_int(e.dtype) and e.op in (Op.FLOORDIV, Op.FLOORMOD, Op.DIV)
+                          and e.args[1].value == 0):  # type: ignore[attr-defined]
+        return None
+    with np.errstate(all="ignore"):
+        v = NUMPY_IMPL[e.op](*(np.array(a.value, dtype=a.dtype) for a in e.args))  # type: ignore[attr-defined]
+    return Const(np.asarray(v).astype(e.dtype).item(), e.dtype)
+
+
+def _neutral(e: Expr) -> Expr | None:
+    match e:
+        case Call(op=Op.ADD, args=(a, b)) if _is(b, 0):
+            return a  # x + 0 -> x
+        case Call(op=Op.ADD, args=(a, b)) if _is(a, 0):
+            return b  # 0 + x -> x
+        case Call(op=Op.SUB, args=(a, b)) if _is(b, 0):
+            return a  # x - 0 -> x
+        case Call(op=Op.SUB, args=(a, b)) if _is(a, 0):
+            return Call(Op.NEG, (b,), e.dtype)  # 0 - x -> -x
+        case Call(op=Op.MUL, args=(a, b)) if _is(b, 1):
+            return a  # x * 1 -> x
+        case Call(op=Op.MUL, args=(a, b)) if _is(a, 1):
+            return b  # 1 * x -> x
+        case Call(op=Op.MUL, args=(a, b)) if _is(a, -1) or _is(b, -1):
+            return Call(Op.NEG, (b if _is(a, -1) else a,), e.dtype)  # -1 * x -> -x
+        case Call(op=Op.MUL, args=(a, b)) if dt.is_int(e.dtype) and (_is(a, 0) or _is(b, 0)):
+            return Const(0, e.dtype)  # i * 0 -> 0 (integers only)
+        case Call(op=Op.DIV | Op.FLOORDIV, args=(a, b)) if _is(b, 1):
+            return a  # x / 1 -> x
+        case Call(op=Op.FLOORMOD, args=(a, b)) if _is(b, 1):
+            return Const(0, e.dtype)  # i % 1 -> 0
+        case Call(op=Op.NEG, args=(Call(op=Op.NEG, args=(a,)),)):
+            return a  # --x -> x
+        case Call(op=Op.ADD, args=(a, Call(op=Op.NEG, args=(b,)))):
+            return Call(Op.SUB, (a, b), e.dtype)  # a + -b -> a - b
+        case Call(op=Op.SUB, args=(a, Call(op=Op.NEG, args=(b,)))):
+            return Call(Op.ADD, (a, b), e.dtype)  # a - -b -> a + b
+        case Call(op=Op.MUL, args=(Call(op=Op.NEG, args=(a,)), b)):
+            return Call(Op.NEG, (Call(Op.MUL, (a, b), e.dtype),), e.dtype)  # (-a)*b -> -(a*b)
+        case Call(op=Op.SELECT, args=(_, a, b)) if a.same_as(b):
+            return a  # select(c, x, x) -> x
+        case Call(op=Op.AND, args=(a, b)) if isinstance(a, Const) or isinstance(b, Const):
+            c, o = (a, b) if isinstance(a, Const) else (b, a)
+            return o if c.value else c  # True & x -> x ; False & x -> False
+        case Call(op=Op.OR, args=(a, b)) if isinstance(a, Const) or isinstance(b, Const):
+            c, o = (a, b) if isinstance(a, Const) else (b, a)
+            return c if c.value else o
+        case Call(op=Op.CAST, args=(a,)) if a.dtype == e.dtype:
+            return a
+    return None
+
+
+# -- affine normal form of integer index arithmetic -----------------------------------------
+
+Affine = tuple[dict[Expr, int], int]
+
+
+def to_affine(e: Expr) -> Affine | None:
+    """`e` as ({atom: coeff}, const) when it is a linear integer combination, else None.
+
+    Atoms are variables and non-linear subterms (floordiv, reads, ...), in first-use order.
+    """
+    if not dt.is_int(e.dtype):
+        return None
+    match e:
+        case Const(value=v):
+            return {}, int(v)
+        case Call(op=Op.ADD | Op.SUB, args=(a, b)):
+            fa, fb = to_affine(a), to_affine(b)
+            if fa is None or fb is None:
+                return None
+            s = 1 if e.op is Op.ADD else -1
+            terms = dict(fa[0])
+            for k, v in fb[0].items():
+                terms[k] = terms.get(k, 0) + s * v
+            return {k: v for k, v in terms.items() if v}, fa[1] + s * fb[1]
+        case Call(op=Op.NEG, args=(a,)):
+            fa = to_affine(a)
+            return None if fa is None else ({k: -v for k, v in fa[0].items()}, -fa[1])
+        case Call(op=Op.MUL, args=(a, b)):
+            fa, fb = to_affine(a), to_affine(b)
+            if fa is None or fb is None:
+                return None
+            if not fa[0]:
+                fa, fb = fb, fa
+            if fb[0]:
+                return {e: 1}, 0  # non-linear product: an atom
+            c = fb[1]
+            return {k: v * c for k, v in fa[0].items() if v * c}, fa[1] * c
+    return {e: 1}, 0
+
+
+def from_affine(terms: dict[Expr, int], c: int, dtype: str) -> Expr:
+    """Rebuild `sum coeff*atom + c` with positive terms first: `h + 1 - kh`."""
+    pos = [(k, v) for k, v in terms.items() if v > 0]
+    neg = [(k, -v) for k, v in terms.items() if v < 0]
+
+    def term(k: Expr, v: int) -> Expr:
+        return k if v == 1 else Call(Op.MUL, (Const(v, dtype), k), dtype)
+
+    out: Expr | None = None
+    for k, v in pos:
+        out = term(k, v) if out is None else Call(Op.ADD, (out, term(k, v)), dtype)
+    if c > 0 or (out is None and c == 0) or (out is None and not neg):
+        out = Const(c, dtype) if out is None else Call(Op.ADD, (out, Const(c, dtype)), dtype)
+        c = 0
+    for k, v in neg:
+        out = Call(Op.NEG, (term(k, v),), dtype) if out is None else Call(Op.SUB, (out, term(k, v)), dtype)
+    if c < 0:
+        out = Const(c, dtype) if out is None else Call(Op.SUB, (out, Const(-c, dtype)), dtype)
+    assert out is not None
+    return out
+
+
+def _affine(e: Expr) -> Expr | None:
+    if not (isinstance(e, Call) and e.op in (Op.ADD, Op.SUB, Op.MUL, Op.NEG) and dt.is_int(e.dtype)):
+        return None
+    f = to_affine(e)
+    if f is None:
+        return None
+    out = from_affine(f[0], f[1], e.dtype)
+    return None if out.same_as(e) else out
+
+
+def _div_mod_const(e: Expr) -> Expr | None:
+    """floordiv/floormod of `c*q + r` by c when 0 <= r < c is known: `(c*q + r) // c -> q`."""
+    from ..te.intervals import interval
+    match e:
+        case Call(op=Op.FLOORDIV | Op.FLOORMOD, args=(a, Const(value=c))) if dt.is_int(e.dtype) and c > 0:
+            f = to_affine(a)
+            if f is None:
+                return None
+            terms, k = f
+            whole = {t: v for t, v in terms.items() if v % c == 0}
+            rest = {t: v for t, v in terms.items() if v % c != 0}
+            restc = k % c
+            lo, hi = interval(from_affine(rest, restc, e.dtype))
+            if lo is None or hi is None or lo < 0 or hi >= c:
+                return None
+            if e.op is Op.FLOORMOD:
+                return from_affine(rest, restc, e.dtype)
+            q = {t: v // c for t, v in whole.items()}
+            return from_affine(q, (k - restc) // c, e.dtype)
+    return None
+
+
+RULES: list[Rule] = [_fold, _neutral, _affine, _div_mod_const]
+
+
+def simplify(e: Expr, rules: list[Rule] = RULES, max_iter: int = 8) -> Expr:
+    """Apply `rules` bottom-up until nothing changes."""
+    for _ in range(max_iter):
+        def step(x: Expr) -> Expr | None:
+            for r in rules:
+                y = r(x)
+                if y is not None:
+                    return y
+            return None
+        new = transform(e, step)
+        if new.same_as(e):
+            return new
+        e = new
+    return e
+
+

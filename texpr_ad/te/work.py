@@ -1,0 +1,62 @@
+"""Work accounting: the iteration count of a tensor DAG's loop nests (deterministic, no timing).
+
+Each stage counts one iteration per output point plus one per reduction step
+(reduce axes with data-dependent bounds are counted exactly); a scatter
+counts its domain.  Placeholders cost nothing.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .dag import topo_order
+from .expr import Const, Expr, IterVar, Reduce, Var
+from .interp import _axis_env, _Ctx
+from .tensor import ComputeOp, ScatterOp, Tensor
+from .visit import walk
+
+
+def _count(axes: Sequence[IterVar], reduce_axes: Sequence[IterVar], env: dict[Expr, int]) -> int:
+    all_axes = list(axes) + list(reduce_axes)
+    if all(isinstance(a.lo, Const) and isinstance(a.extent, Const) for a in all_axes):
+        n_data = int(np.prod([max(a.extent.value, 0) for a in axes]))  # type: ignore[attr-defined]
+        n_red = int(np.prod([max(a.extent.value, 0) for a in reduce_axes]))  # type: ignore[attr-defined]
+        return n_data * max(n_red, 1) if reduce_axes else n_data
+    cx = _Ctx({}, dict(env), len(all_axes))
+    _axis_env(all_axes, 0, len(all_axes), cx)
+    shape = np.broadcast_shapes(*[np.shape(cx.env[a]) for a in all_axes]) if all_axes else ()
+    mask = np.ones(shape, bool)
+    for a in all_axes:
+        if a in cx.axis_masks:
+            mask = mask & cx.axis_masks[a]
+    if not reduce_axes:
+        return int(mask.sum())
+    per_point = mask.reshape(mask.shape[: len(axes)] + (-1,)).sum(axis=-1)
+    return int(np.maximum(per_point, 1).sum())
+
+
+def work(tensors: Sequence[Tensor], var_values: Mapping[Var, int] | None = None) -> int:
+    """Total loop iterations to compute `tensors` from their placeholders.
+
+    Symbolic dims must be given in `var_values`.
+    """
+    env: dict[Expr, int] = dict(var_values or {})
+    total, seen = 0, set()
+    for t in topo_order(list(tensors)):
+        op = t.op
+        if id(op) in seen:
+            continue
+        seen.add(id(op))
+        if isinstance(op, ComputeOp):
+            raxes: dict[IterVar, None] = {}
+            for b in op.body:
+                for x in walk(b):
+                    if isinstance(x, Reduce):
+                        raxes.update(dict.fromkeys(x.axis))
+            total += _count(op.axis, list(raxes), env)
+        elif isinstance(op, ScatterOp):
+            total += _count(op.axis, [], env)
+    return total
+
+
