@@ -1,5 +1,15 @@
-"""texpr_ad: tensor-expression automatic differentiation with generated kernels."""
+"""texpr_ad: tensor-expression automatic differentiation with generated kernels.
+
+    from texpr_ad import te
+    import texpr_ad as ta
+    dA, dW = ta.grad(Y, [A, W], head=dY)     # adjoint te tensors
+    bwd = ta.build([dA, dW], [A, W, dY])     # a compiled CPU kernel
+"""
 from . import te
+from .api import CustomOp, build, custom_op
+from .deriv import GradientError, NotDifferentiableError, grad, jvp
+from .te.work import work
 
 __version__ = "0.1.0"
-__all__ = ["te"]
+__all__ = ["CustomOp", "GradientError", "NotDifferentiableError", "build", "custom_op", "grad",
+           "jvp", "te", "work"]

@@ -19,7 +19,7 @@ from .. import te
 from ..te import dtype as dt
 from ..te.expr import Const, Expr, IterVar, Reduce, const
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
-from ..te.visit import substitute
+from ..te.visit import reads, substitute
 from .collect import collect
 from .errors import GradientError, NotDifferentiableError
 from .simplify import simplify
@@ -227,7 +227,8 @@ class _Builder:
             return None
         value = simplify(substitute(substitute(t.value, psub), inv.subst)).astype(dtype)
         conds = [simplify(substitute(c, inv.subst)) for c in inv.conditions]
-        conds = [c for c in conds if not _is_true(c)]
+        # index-range conditions first: `&` short-circuits, so they guard data-dependent reads
+        conds = sorted((c for c in conds if not _is_true(c)), key=lambda c: bool(reads(c)))
         if inv.new_axes:
             return te.sum(value, axis=list(inv.new_axes), where=_all(conds) if conds else None)
         return te.if_then_else(_all(conds), value, const(0.0, dtype)) if conds else value

@@ -9,7 +9,9 @@ Semantics (every later stage relies on these choices):
   every integer `x` and constant `c > 0`.  `/` on two integers is `floordiv`.
 * Reading a tensor outside its shape is an error.  A read guarded by
   `select`/`if_then_else` is evaluated only where its guard holds (both
-  branches are lazy), which is how padding is written.
+  branches are lazy), which is how padding is written.  `a & b` and `a | b`
+  on conditions short-circuit: `b` is evaluated only where `a` does not
+  decide, so `in_range & (X[i] > 0)` is a valid guard.
 * Reduction identities: sum 0, prod 1, max -inf (lowest value for ints),
   min +inf (highest value for ints); custom reducers carry their own.
 * The simplifier never reassociates floating-point arithmetic except for

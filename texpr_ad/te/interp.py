@@ -79,6 +79,11 @@ def _eval(e: Expr, cx: _Ctx, mask: np.ndarray | None) -> Any:
             m1 = cv if mask is None else (mask & cv)
             m2 = ~cv if mask is None else (mask & ~cv)
             return np.where(cv, _eval(a, cx, m1), _eval(b, cx, m2)).astype(e.dtype)
+        case Call(op=Op.AND | Op.OR, args=(a, b)):  # short-circuit: b only where it decides
+            av = np.asarray(_eval(a, cx, mask), dtype=bool)
+            need = av if e.op is Op.AND else ~av
+            bv = np.asarray(_eval(b, cx, need if mask is None else (mask & need)), dtype=bool)
+            return (av & bv) if e.op is Op.AND else (av | bv)
         case Call(op=Op.CAST, args=(a,)):
             x = np.asarray(_eval(a, cx, mask))
             if dt.is_int(e.dtype) and np.issubdtype(x.dtype, np.floating):

@@ -1,0 +1,130 @@
+"""`build`: schedule, render and compile a tensor DAG into a callable kernel.
+
+    kernel = build([Y], [A, W], target="cpu")
+    (y,) = kernel(a, w)          # NumPy in, NumPy out (a tuple, one array per output)
+    print(kernel.plan)           # what the scheduler decided and why
+    print(kernel.source)         # the generated Numba source
+
+Pipeline: `plan_kernel` (schedule/) -> `CPURenderer().render` (pure) ->
+`compile_source` (file in the cache folder, `numba.njit`).  Scheduling decisions
+are changed with `plan_overrides` (see `texpr_ad.schedule.planner`), or by
+passing an edited plan to `Kernel(plan)` (unchecked: your responsibility).
+
+Environment: `TEXPR_DEBUG>=2` prints each plan, `>=3` also the source;
+`TEXPR_CACHE_DIR` sets the cache folder.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..schedule.plan import Plan
+from ..schedule.planner import plan_kernel
+from ..te.expr import Call, Const, Expr, Var
+from ..te.interp import NUMPY_IMPL
+from ..te.tensor import Tensor, shape_str
+from ..te.visit import walk
+from .numba_cpu import CPURenderer, compile_source
+from .render import Renderer
+
+TARGETS = ("cpu", "cuda")
+
+
+class KernelArgumentError(ValueError):
+    """An array passed to a kernel does not match its input (names the input and the fix)."""
+
+
+def build(outputs: Sequence[Tensor] | Tensor, inputs: Sequence[Tensor], target: str = "cpu",
+          plan_overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Kernel:
+    """Compile `outputs` as a function of the placeholders `inputs` for `target`.
+
+    Every placeholder reachable from the outputs must be listed in `inputs`;
+    symbolic dims (`te.var`) are bound from the shapes of the arrays passed in.
+    `plan_overrides={"stage": {"parallel": False, "fuse": 2, "order": [...],
+    "inline": False}}` changes the scheduler's decisions for a stage.
+    """
+    if isinstance(outputs, Tensor):
+        outputs = [outputs]
+    if target == "cuda":
+        raise NotImplementedError("target='cuda' is not implemented yet; use target='cpu'")
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; choose one of {TARGETS}")
+    plan = plan_kernel(list(outputs), list(inputs), target, plan_overrides)
+    return Kernel(plan, CPURenderer())
+
+
+class Kernel:
+    """A compiled kernel: call it with one array per input, in the order of `inputs`."""
+
+    def __init__(self, plan: Plan, renderer: Renderer | None = None) -> None:
+        self.plan = plan
+        self.source = (renderer or CPURenderer()).render(plan)
+        level = int(os.environ.get("TEXPR_DEBUG", "0") or 0)
+        if level >= 2:
+            print(plan)
+        if level >= 3:
+            print(self.source)
+        self._fn = compile_source(self.source)
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return self.plan.inputs
+
+    @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        return self.plan.outputs
+
+    def __call__(self, *arrays: Any) -> tuple[np.ndarray, ...]:
+        args, params = self._prepare(arrays)
+        res = self._fn(*args, *params)
+        return tuple(r.reshape(()) if t.ndim == 0 else r
+                     for r, t in zip(res, self.plan.outputs, strict=True))
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{t.name}{shape_str(t.shape)}:{t.dtype}" for t in self.inputs)
+        return f"Kernel({ins} -> {', '.join(t.name for t in self.outputs)}, target={self.plan.target})"
+
+    def _prepare(self, arrays: Sequence[Any]) -> tuple[list[np.ndarray], list[int]]:
+        ins = self.plan.inputs
+        if len(arrays) != len(ins):
+            raise KernelArgumentError(
+                f"kernel expects {len(ins)} arrays ({', '.join(t.name for t in ins)}), "
+                f"got {len(arrays)}")
+        xs = [np.asarray(a) for a in arrays]
+        env: dict[Var, int] = {}
+        for t, a in zip(ins, xs, strict=True):
+            if str(a.dtype) != t.dtype:
+                raise KernelArgumentError(
+                    f"input {t.name!r} must have dtype {t.dtype}, got {a.dtype}; "
+                    f"convert it with .astype('{t.dtype}')")
+            if a.ndim != t.ndim:
+                raise KernelArgumentError(
+                    f"input {t.name!r} must have {t.ndim} dims, shape {shape_str(t.shape)}, "
+                    f"got an array of shape {a.shape}")
+            for s, n in zip(t.shape, a.shape, strict=True):
+                if isinstance(s, Var):
+                    env.setdefault(s, n)
+        for t, a in zip(ins, xs, strict=True):
+            want = tuple(_index_value(s, env) for s in t.shape)
+            if want != a.shape:
+                used = [v for v in env if any(x.same_as(v) for s in t.shape for x in walk(s))]
+                binding = ", ".join(f"{v.name}={env[v]}" for v in used)
+                sym = f" = {want} (with {binding})" if used else ""
+                raise KernelArgumentError(
+                    f"input {t.name!r} must have shape {shape_str(t.shape)}{sym}, got {a.shape}")
+        args = [np.ascontiguousarray(a) if a.ndim else a.reshape(1) for a in xs]
+        return args, [env[v] for v in self.plan.params]
+
+
+def _index_value(e: Expr, env: Mapping[Var, int]) -> int:
+    """Evaluate a shape expression over the bound symbolic dims."""
+    match e:
+        case Const(value=v):
+            return int(v)
+        case Var():
+            return int(env[e])
+        case Call(op=op, args=args):
+            return int(NUMPY_IMPL[op](*[np.int64(_index_value(a, env)) for a in args]))
+    raise TypeError(f"cannot evaluate shape expression `{e}`")

@@ -1,0 +1,411 @@
+"""Render a `Plan` to Python source text (pure: no numba import, no decisions).
+
+The scheduler decides; this module only spells the decisions out.  Backends
+subclass `Renderer` and differ in its tables (STYLE rule 14): the header and
+decorators, the parallel outer loop, the scatter accumulation.  Expressions are
+rendered by `EXPR_RULES`, one entry per `Op`.
+
+Names in the generated code come from the stage, tensor and axis names, made
+unique with numeric suffixes in order of first use, so the same DAG always
+gives byte-identical source.
+"""
+from __future__ import annotations
+
+import keyword
+import math
+import re
+from typing import Callable, Iterator, Sequence
+
+from ..te import dtype as dt
+from ..te.expr import Call, CommReducer, Const, Expr, IterVar, Read, Reduce, Var
+from ..te.ops import Op
+from ..te.printer import expr_str
+from ..te.tensor import Tensor
+from ..te.visit import children, walk
+from ..schedule.plan import ComputeStage, Plan, ScatterStage
+
+KERNEL_NAME = "texpr_kernel"
+CHECK_NAME = "_chk"
+ERR_NAME = "err"
+
+# -- expressions: one rule per Op --------------------------------------------------------
+
+Rule = Callable[[Call, list[str]], str]
+
+
+def _infix(sym: str) -> Rule:
+    return lambda e, a: f"({a[0]} {sym} {a[1]})"
+
+
+def _fn(name: str) -> Rule:
+    return lambda e, a: f"{name}({', '.join(a)})"
+
+
+def _one(dtype: str) -> str:
+    return f"np.{dtype}(1.0)" if dtype != "float64" else "1.0"
+
+
+def _float_or_int(on_float: Rule, on_int: Rule) -> Rule:
+    return lambda e, a: (on_float if dt.is_float(e.dtype) else on_int)(e, a)
+
+
+def _cast(e: Call, a: list[str]) -> str:
+    if e.dtype == "bool":
+        return f"({a[0]} != 0)"
+    return f"np.{e.dtype}({a[0]})"  # float -> int truncates toward zero, like C and np.trunc
+
+
+EXPR_RULES: dict[Op, Rule] = {
+    Op.ADD: _infix("+"), Op.SUB: _infix("-"), Op.MUL: _infix("*"),
+    Op.DIV: _float_or_int(_infix("/"), _infix("//")),  # int / int is floor division
+    Op.FLOORDIV: _float_or_int(lambda e, a: f"np.floor({a[0]} / {a[1]})", _infix("//")),
+    Op.FLOORMOD: _infix("%"),  # Numba follows Python: the result has the divisor's sign
+    Op.MIN: _float_or_int(_fn("np.minimum"), _fn("min")),  # np.minimum propagates NaN
+    Op.MAX: _float_or_int(_fn("np.maximum"), _fn("max")),
+    Op.POW: _infix("**"),
+    Op.NEG: lambda e, a: f"(-{a[0]})",
+    Op.LT: _infix("<"), Op.LE: _infix("<="), Op.GT: _infix(">"), Op.GE: _infix(">="),
+    Op.EQ: _infix("=="), Op.NE: _infix("!="),
+    Op.AND: _infix("and"), Op.OR: _infix("or"),  # short-circuit: the right side may be a guarded read
+    Op.NOT: lambda e, a: f"(not {a[0]})",
+    Op.SHL: _infix("<<"), Op.SHR: _infix(">>"),
+    Op.SELECT: lambda e, a: f"({a[1]} if {a[0]} else {a[2]})",  # lazy in both branches
+    Op.CAST: _cast,
+    Op.EXP: _fn("np.exp"), Op.LOG: _fn("np.log"), Op.LOG1P: _fn("np.log1p"),
+    Op.SQRT: _fn("np.sqrt"),
+    Op.RSQRT: lambda e, a: f"({_one(e.dtype)} / np.sqrt({a[0]}))",
+    Op.TANH: _fn("np.tanh"),
+    Op.SIGMOID: lambda e, a: f"({_one(e.dtype)} / ({_one(e.dtype)} + np.exp(-{a[0]})))",
+    Op.ERF: _fn("math.erf"), Op.SIN: _fn("np.sin"), Op.COS: _fn("np.cos"),
+    Op.ATAN: _fn("np.arctan"), Op.ABS: _fn("abs"), Op.FLOOR: _fn("np.floor"),
+    Op.CEIL: _fn("np.ceil"), Op.TRUNC: _fn("np.trunc"),
+    Op.ROUND: _fn("np.rint"),  # half to even, as np.round
+    Op.SIGN: _fn("np.sign"),
+}
+
+
+def const_str(c: Const) -> str:
+    v = c.value
+    if isinstance(v, bool):
+        return repr(v)
+    if isinstance(v, int):
+        return repr(v) if v >= 0 else f"({v})"
+    if math.isnan(v):
+        s = "np.nan"
+    elif math.isinf(v):
+        s = "np.inf" if v > 0 else "-np.inf"
+    else:
+        s = repr(v)
+    if c.dtype != "float64":
+        return f"np.{c.dtype}({s})"
+    return s if not s.startswith("-") else f"({s})"
+
+
+def top(s: str) -> str:
+    """Drop one pair of enclosing parentheses (for statement-level expressions)."""
+    if not (s.startswith("(") and s.endswith(")")):
+        return s
+    depth = 0
+    for k, ch in enumerate(s):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and k < len(s) - 1:
+            return s
+    return s[1:-1]
+
+
+# -- names -----------------------------------------------------------------------------------
+
+_RESERVED = set(keyword.kwlist) | {
+    "np", "math", "numba", "njit", "prange", "cuda", "range", "min", "max", "abs", "int",
+    "float", "bool", "len", "print", KERNEL_NAME, CHECK_NAME, ERR_NAME}
+
+
+class Names:
+    """Unique identifiers for tensors, axes and temporaries, in order of first request."""
+
+    def __init__(self) -> None:
+        self.taken: set[str] = set(_RESERVED)
+        self.by_key: dict[object, str] = {}
+
+    def get(self, key: object, hint: str) -> str:
+        if key not in self.by_key:
+            self.by_key[key] = self.fresh(hint)
+        return self.by_key[key]
+
+    def fresh(self, hint: str) -> str:
+        base = re.sub(r"\W", "_", hint) or "v"
+        if base[0].isdigit():
+            base = "_" + base
+        name, k = base, 1
+        while name in self.taken:
+            name, k = f"{base}_{k}", k + 1
+        self.taken.add(name)
+        return name
+
+
+# -- the renderer -------------------------------------------------------------------------------
+
+class Renderer:
+    """Plan -> source.  Subclasses fill the backend tables below."""
+
+    target = "abstract"
+    header: tuple[str, ...] = ("import math", "import numpy as np")
+    helper_decorator = ""
+    kernel_decorator_parallel = ""
+    kernel_decorator_serial = ""
+    parallel_loop = "for {var} in range({extent}):"
+    scatter_add = "{target} += {value}"
+    rules: dict[Op, Rule] = EXPR_RULES
+
+    def render(self, plan: Plan) -> str:
+        return _Render(self, plan).source()
+
+
+class _Render:
+    """One rendering pass (holds the name table and the lines being emitted)."""
+
+    def __init__(self, r: Renderer, plan: Plan) -> None:
+        self.r, self.plan, self.names = r, plan, Names()
+        self.lines: list[str] = []
+        self.checked = False  # a data-dependent index check was emitted in the current stage
+        self.any_check = False
+
+    # -- top level ---------------------------------------------------------------------
+    def source(self) -> str:
+        p = self.plan
+        args = [self.tensor(t) for t in p.inputs] + [self.names.get(v, v.name) for v in p.params]
+        body: list[str] = []
+        for st in p.stages:
+            self.lines, self.checked = [], False
+            if isinstance(st, ComputeStage):
+                self.compute(st)
+            else:
+                self.scatter(st)
+            if self.checked:
+                self.emit(1, f"if {ERR_NAME}[0] != 0:")
+                self.emit(2, f'raise IndexError("stage {st.name}: a data-dependent index is out '
+                             f'of bounds (an index computed from tensor values)")')
+            body += self.lines
+        rets = [self.tensor(t) if not _is_placeholder(t) else f"{self.tensor(t)}.copy()"
+                for t in p.outputs]
+        parallel = any(getattr(s, "parallel", False) or getattr(s, "parallel_axis", None)
+                       is not None for s in p.stages)
+        deco = self.r.kernel_decorator_parallel if parallel else self.r.kernel_decorator_serial
+        out = [f"# generated by texpr_ad ({self.r.target}); outputs: "
+               f"{', '.join(t.name for t in p.outputs)}", *self.r.header, ""]
+        if self.any_check:
+            out += ["", *([self.r.helper_decorator] if self.r.helper_decorator else []),
+                    f"def {CHECK_NAME}(i, n, {ERR_NAME}):",
+                    "    if i < 0 or i >= n:",
+                    f"        {ERR_NAME}[0] = 1",
+                    "        return 0",
+                    "    return i", ""]
+        out += ["", *([deco] if deco else []), f"def {KERNEL_NAME}({', '.join(args)}):"]
+        if self.any_check:
+            out.append(f"    {ERR_NAME} = np.zeros(1, dtype=np.int64)")
+        out += body
+        out.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
+        return "\n".join(out) + "\n"
+
+    def emit(self, depth: int, text: str) -> None:
+        self.lines.append("    " * depth + text)
+
+    def tensor(self, t: Tensor) -> str:
+        return self.names.get(("t", id(t)), t.name)
+
+    def axis(self, a: IterVar) -> str:
+        return self.names.get(a, a.name)
+
+    # -- expressions ----------------------------------------------------------------------
+    def expr(self, e: Expr, env: dict[Expr, str]) -> str:
+        match e:
+            case Const():
+                return const_str(e)
+            case Var() | IterVar() | Reduce():
+                if e in env:
+                    return env[e]
+                if isinstance(e, IterVar):
+                    return self.axis(e)
+                if isinstance(e, Var) and e in self.plan.params:
+                    return self.names.get(e, e.name)
+                raise ValueError(f"cannot render `{expr_str(e)}`: it is not bound here")
+            case Read(tensor=t, indices=idx):
+                if not idx:
+                    return f"{self.tensor(t)}[0]"
+                parts = []
+                for d, i in enumerate(idx):
+                    s = top(self.expr(i, env))
+                    if any(isinstance(x, Read) for x in walk(i)):
+                        s = f"{CHECK_NAME}({s}, {self.tensor(t)}.shape[{d}], {ERR_NAME})"
+                        self.checked = self.any_check = True
+                    parts.append(s)
+                return f"{self.tensor(t)}[{', '.join(parts)}]"
+            case Call(op=op, args=args):
+                return self.r.rules[op](e, [self.expr(a, env) for a in args])
+        raise TypeError(f"cannot render {type(e).__name__} `{e}`")
+
+    def shape(self, exts: Sequence[Expr]) -> str:
+        if not exts:
+            return "1"  # zero-dim tensors are stored as one-element arrays
+        s = [top(self.expr(x, {})) for x in exts]
+        return f"({s[0]},)" if len(s) == 1 else f"({', '.join(s)})"
+
+    def index(self, t: Tensor | None, idx: Sequence[str]) -> str:
+        return f"{self.tensor(t)}[{', '.join(idx) if idx else '0'}]"  # type: ignore[arg-type]
+
+    # -- loops ------------------------------------------------------------------------------
+    def range_loop(self, depth: int, a: IterVar, env: dict[Expr, str]) -> None:
+        lo, ext = self.expr(a.lo, env), self.expr(a.extent, env)
+        rng = top(ext) if _is_zero(a.lo) else f"{top(lo)}, {lo} + {ext}"
+        self.emit(depth, f"for {self.axis(a)} in range({rng}):")
+
+    def parallel_nest(self, depth: int, axes: Sequence[IterVar], stage: str) -> int:
+        """Emit the parallel loop over the flattened `axes`; returns the new depth."""
+        exts = [self.expr(a.extent, {}) for a in axes]
+        if len(axes) == 1:
+            var = self.axis(axes[0]) if _is_zero(axes[0].lo) else self.names.fresh(f"{stage}_p")
+            self.emit(depth, self.r.parallel_loop.format(var=var, extent=top(exts[0])))
+            if not _is_zero(axes[0].lo):
+                self.emit(depth + 1, f"{self.axis(axes[0])} = {self.expr(axes[0].lo, {})} + {var}")
+            return depth + 1
+        f = self.names.fresh(f"{stage}_f")
+        self.emit(depth, self.r.parallel_loop.format(var=f, extent=" * ".join(exts)))
+        for m, a in enumerate(axes):
+            inner = exts[m + 1:]
+            s = f if not inner else f"{f} // " + (inner[0] if len(inner) == 1 else f"({' * '.join(inner)})")
+            if m > 0:
+                s = f"{s if not inner else '(' + s + ')'} % {exts[m]}"
+            if not _is_zero(a.lo):
+                s = f"{self.expr(a.lo, {})} + {s}"
+            self.emit(depth + 1, f"{self.axis(a)} = {s}")
+        return depth + 1
+
+    # -- compute stages -------------------------------------------------------------------------
+    def compute(self, st: ComputeStage) -> None:
+        self.emit(1, f"# stage {st.name}: {_describe(st)}")
+        for t, b in zip(st.tensors, st.bodies, strict=True):
+            if t is not None:
+                self.emit(1, f"{self.tensor(t)} = np.empty({self.shape([a.extent for a in st.axes])}, "
+                             f"dtype=np.{b.dtype if b.dtype != 'bool' else 'bool_'})")
+        depth = 1
+        serial = st.order
+        if st.parallel and st.fused:
+            depth = self.parallel_nest(depth, st.order[: st.fused], st.name)
+            serial = st.order[st.fused:]
+        for a in serial:
+            self.range_loop(depth, a, {})
+            depth += 1
+        env: dict[Expr, str] = {}
+        for red in _reduce_groups(st.bodies):
+            self.reduction(depth, red, env, st.name)
+        idx = [self.axis(a) for a in st.axes]
+        for t, b in zip(st.tensors, st.bodies, strict=True):
+            if t is not None:
+                self.emit(depth, f"{self.index(t, idx)} = {top(self.expr(b, env))}")
+
+    def reduction(self, depth: int, groups: list[Reduce], env: dict[Expr, str], stage: str) -> None:
+        """Fold one reduction (all values of a tuple reducer) into local accumulators."""
+        r = groups[0]
+        comb, n = r.combiner, len(r.source)
+        accs = [self.names.fresh(f"{stage}_acc" if n == 1 else f"{stage}_acc{k}") for k in range(n)]
+        for a, ident in zip(accs, comb.identity, strict=True):
+            self.emit(depth, f"{a} = {top(self.expr(ident, {}))}")
+        d = depth
+        for ax in r.axis:
+            self.range_loop(d, ax, env)
+            d += 1
+        if not (isinstance(r.condition, Const) and r.condition.value is True):
+            self.emit(d, f"if {top(self.expr(r.condition, env))}:")
+            d += 1
+        srcs = [self.expr(s, env) for s in r.source]
+        self.combine(d, comb, accs, srcs, accs, stage)
+        if r.init:
+            inits = [self.expr(i, env) for i in r.init]
+            self.combine(depth, comb, inits, accs, accs, stage)
+        for g in groups:
+            env[g] = accs[g.value_index]
+
+    def combine(self, depth: int, comb: CommReducer, lhs: list[str], rhs: list[str], dest: list[str],
+                stage: str) -> None:
+        """`dest = combine(lhs, rhs)`; operands used more than once go through temporaries."""
+        cenv: dict[Expr, str] = {}
+        for vars_, vals in ((comb.lhs, lhs), (comb.rhs, rhs)):
+            for v, s in zip(vars_, vals, strict=True):
+                uses = sum(1 for res in comb.result for x in _tree(res) if x.same_as(v))
+                if uses > 1 and not _atom(s):
+                    tmp = self.names.fresh(f"{stage}_v")
+                    self.emit(depth, f"{tmp} = {top(s)}")
+                    s = tmp
+                cenv[v] = s
+        res = [top(self.expr(x, cenv)) for x in comb.result]
+        self.emit(depth, f"{', '.join(dest)} = {', '.join(res)}")
+
+    # -- scatter stages -----------------------------------------------------------------------------
+    def scatter(self, st: ScatterStage) -> None:
+        self.emit(1, f"# stage {st.name}: scatter-add, {st.strategy}")
+        t = st.tensor
+        dtype = t.dtype if t.dtype != "bool" else "bool_"
+        self.emit(1, f"{self.tensor(t)} = np.zeros({self.shape(st.shape)}, dtype=np.{dtype})")
+        depth, serial = 1, st.order
+        if st.parallel_axis is not None:
+            depth = self.parallel_nest(depth, st.order[:1], st.name)
+            serial = st.order[1:]
+        for a in serial:
+            self.range_loop(depth, a, {})
+            depth += 1
+        if not (isinstance(st.condition, Const) and st.condition.value is True):
+            self.emit(depth, f"if {top(self.expr(st.condition, {}))}:")
+            depth += 1
+        idx = []
+        for d, i in enumerate(st.index):
+            s = top(self.expr(i, {}))
+            if not (d == st.parallel_dim or isinstance(i, IterVar)):
+                s = f"{CHECK_NAME}({s}, {self.tensor(t)}.shape[{d}], {ERR_NAME})"
+                self.checked = self.any_check = True
+            idx.append(s)
+        target = self.index(t, idx)
+        self.emit(depth, self.r.scatter_add.format(target=target, value=top(self.expr(st.value, {}))))
+
+
+# -- helpers ------------------------------------------------------------------------------------------
+
+def _is_zero(e: Expr) -> bool:
+    return isinstance(e, Const) and e.value == 0
+
+
+def _is_placeholder(t: Tensor) -> bool:
+    from ..te.tensor import PlaceholderOp
+    return isinstance(t.op, PlaceholderOp)
+
+
+def _atom(s: str) -> bool:
+    return re.fullmatch(r"[A-Za-z_]\w*", s) is not None
+
+
+def _tree(e: Expr) -> Iterator[Expr]:
+    """Every occurrence in `e`, not deduplicated (walk() yields each node once)."""
+    yield e
+    for c in children(e):
+        yield from _tree(c)
+
+
+def _reduce_groups(bodies: Sequence[Expr]) -> list[list[Reduce]]:
+    """Reductions of a stage, grouped by shared loop (a tuple reducer's values share one)."""
+    groups: dict[tuple, list[Reduce]] = {}
+    for b in bodies:
+        for x in walk(b):
+            if isinstance(x, Reduce):
+                key = (x.combiner, x.source, x.axis, x.condition, x.init)
+                g = groups.setdefault(key, [])
+                if all(y.value_index != x.value_index for y in g):
+                    g.append(x)
+    return list(groups.values())
+
+
+def _describe(st: ComputeStage) -> str:
+    loops = ("serial" if not st.parallel else
+             f"prange over {' * '.join(a.name for a in st.order[: st.fused])}")
+    red = "; reduction" if _reduce_groups(st.bodies) else ""
+    inl = f"; inlined {', '.join(st.inlined)}" if st.inlined else ""
+    return f"{loops}{red}{inl}"

@@ -1,0 +1,15 @@
+"""TVM Relax bridge: texpr_ad operators as `call_tir_with_grad` with derived gradients.
+
+Optional: imports `tvm` lazily; nothing else in texpr_ad imports this package.
+
+    from texpr_ad.relax_bridge import call_te_with_auto_grad, prepare_for_build
+    y = bb.emit(call_te_with_auto_grad(bb, my_op, x, w, stride=2))
+    mod = relax.transform.Gradient("main")(bb.get())
+    ex = tvm.compile(prepare_for_build(mod), target="llvm")
+"""
+from .api import call_te_with_auto_grad, prepare_for_build
+from .grad import BridgeError, register
+from .to_tvm import TranslationError, build, prim_func, translate
+
+__all__ = ["BridgeError", "TranslationError", "build", "call_te_with_auto_grad",
+           "prepare_for_build", "prim_func", "register", "translate"]

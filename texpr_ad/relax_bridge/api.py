@@ -1,0 +1,74 @@
+"""Emitting texpr_ad operators into Relax graphs, and preparing modules for `tvm.compile`."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .grad import BridgeError, as_outputs, placeholders, register
+from .to_tvm import TranslationError, translate
+
+
+def call_te_with_auto_grad(bb: Any, fte: Callable[..., Any], *args: Any,
+                           primfunc_name_hint: str | None = None, te_grad_name: str | None = None,
+                           **attrs: Any) -> Any:
+    """`bb.call_te_with_grad` for a texpr_ad operator, with a derived gradient.
+
+    `fte(*placeholders, **attrs)` receives one texpr_ad placeholder per Relax
+    argument (shape, dtype and symbolic dims from the argument's type) and
+    returns a texpr_ad tensor or a list of them (several outputs give a Relax
+    tuple).  The gradient is derived by `texpr_ad.deriv` when
+    `relax.transform.Gradient` needs it; `attrs` travel as `te_grad_kwargs`,
+    so they must be values TVM can hold (numbers, bools, strings, tuples).
+    Returns the `call_tir_with_grad` Call; emit it with `bb.emit`.
+
+    Example::
+
+        def dense(x, w):
+            k = te.reduce_axis((0, x.shape[1]), "k")
+            return te.compute((x.shape[0], w.shape[1]),
+                              lambda i, j: te.sum(x[i, k] * w[k, j], axis=k), name="dense")
+
+        y = bb.emit(call_te_with_auto_grad(bb, dense, x, w))
+    """
+    name = register(fte, te_grad_name)
+    phs, var_map = placeholders(args, name)
+    outs, multi = as_outputs(fte(*phs, **attrs), name)
+
+    def forward(*ts: Any) -> Any:
+        try:
+            res = translate(outs, bind=dict(zip(phs, ts, strict=True)), var_map=var_map)
+        except TranslationError as e:
+            raise BridgeError(f"operator {name!r}: {e}") from e
+        return res if multi else res[0]
+
+    forward.__name__ = name
+    return bb.call_te_with_grad(forward, *args, te_grad_name=name, te_grad_kwargs=dict(attrs),
+                                primfunc_name_hint=primfunc_name_hint or name)
+
+
+def prepare_for_build(mod: Any) -> Any:
+    """`mod` with every `call_tir_with_grad` rewritten to `call_tir` in every Relax function.
+
+    `tvm.compile` cannot lower `call_tir_with_grad`; after `relax.transform.Gradient`
+    the original function still holds it.  Checkpoint markers legalize by themselves.
+    """
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    with_grad = tvm.ir.Op.get("relax.call_tir_with_grad")
+
+    @mutator
+    class _Lower(PyExprMutator):  # type: ignore[misc]
+        def visit_call_(self, call: Any) -> Any:
+            call = super().visit_call_(call)
+            if isinstance(call, relax.Call) and call.op.same_as(with_grad):
+                ty = call.ty_args[0]
+                out_ty = list(ty.fields) if isinstance(ty, relax.TupleType) else ty
+                return relax.call_tir(call.args[0], call.args[1], out_ty)
+            return call
+
+    out = mod.clone()
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            out.update_func(gv, _Lower(mod).visit_expr(func))
+    return out

@@ -1,0 +1,468 @@
+"""Translate texpr_ad `te` tensor DAGs into `tvm.te` computations (TVM 0.27).
+
+Every stage of the DAG becomes one TVM stage:
+
+* `PlaceholderOp` -> `tvm.te.placeholder` (or the tensor given in `bind=`).
+* `ComputeOp` -> `tvm.te.compute`; bodies that form one (tuple) reduction share
+  one TVM compute, other bodies of a multi-output op get a compute each.
+* `ScatterOp` -> `tvm.te.extern` whose body is a TIR statement: a loop nest that
+  zero-fills the output, then a serial loop nest over the scatter axes that does
+  `if condition: out[index] += value` (the guard also keeps index/value reads
+  lazy).  Serial accumulation is race-free by construction.
+
+Semantic points the translation takes care of:
+
+* `floordiv`/`floormod` map to TVM's floor operators on integers and to
+  `floor(a / b)` / `a - floor(a / b) * b` on floats (the IR's semantics).
+* `select` maps to `tirx.if_then_else` (lazy, so padding guards stay guards).
+* `te.create_prim_func` in TVM 0.27 silently drops a reduction's `where=`
+  condition and its `init=`.  So every condition moves into the body:
+  source_k -> if_then_else(cond, source_k, identity_k), which is exact for any
+  commutative reducer; and `init` becomes a second stage
+  `out = combine(init, reduce(...))`.
+* Reduce axes whose bounds depend on enclosing data axes (or earlier reduce
+  axes) translate directly: TVM 0.27 accepts such domains.
+* Symbolic dims (`te.var`) become `tirx.Var`s (int64, as Relax shapes are);
+  index arithmetic mixes int32/int64 through TVM's own promotion and values are
+  cast back to the IR dtype where the dtype is observable.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..te import dtype as dt
+from ..te.dag import topo_order
+from ..te.expr import Call, CommReducer, Const, Expr, IterVar, Read, Reduce, Var
+from ..te.ops import Op
+from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
+from ..te.visit import walk
+
+INDEX64 = "int64"
+
+
+class TranslationError(ValueError):
+    """A construct the TVM translation cannot express (names the stage and the fix)."""
+
+
+def _tvm() -> Any:
+    import tvm  # lazy: TVM is an optional extra
+    return tvm
+
+
+# -- scalar op tables -------------------------------------------------------------
+
+def dtype_of(x: Any) -> str:
+    """The dtype of a TVM PrimExpr as a string (0.27 spells it `.ty`)."""
+    return str(x.ty)
+
+
+def _is_int(x: Any) -> bool:
+    return dtype_of(x).startswith(("int", "uint"))
+
+
+def _div(a: Any, b: Any) -> Any:  # `/`: floor division on ints, true division on floats
+    return _floordiv(a, b) if _is_int(a) else a / b
+
+
+def _floordiv(a: Any, b: Any) -> Any:
+    tirx = _tvm().tirx
+    return tirx.floordiv(a, b) if _is_int(a) else tirx.floor(a / b)
+
+
+def _floormod(a: Any, b: Any) -> Any:
+    tirx = _tvm().tirx
+    return tirx.floormod(a, b) if _is_int(a) else a - tirx.floor(a / b) * b
+
+
+def _pow(a: Any, b: Any) -> Any:
+    tirx = _tvm().tirx
+    if _is_int(a):  # exact for the integer range float64 represents
+        d = dtype_of(a)
+        return tirx.round(tirx.power(a.astype("float64"), b.astype("float64"))).astype(d)
+    return tirx.power(a, b)
+
+
+def _sign(x: Any) -> Any:
+    tirx = _tvm().tirx
+    d = dtype_of(x)
+    one, zero = tirx.const(1, d), tirx.const(0, d)
+    return tirx.Select(x > zero, one, tirx.Select(x < zero, -one, zero))
+
+
+def _binary_table() -> dict[Op, Callable[[Any, Any], Any]]:
+    tirx = _tvm().tirx
+    return {
+        Op.ADD: operator.add, Op.SUB: operator.sub, Op.MUL: operator.mul, Op.DIV: _div,
+        Op.FLOORDIV: _floordiv, Op.FLOORMOD: _floormod, Op.MIN: tirx.min, Op.MAX: tirx.max,
+        Op.POW: _pow, Op.LT: operator.lt, Op.LE: operator.le, Op.GT: operator.gt,
+        Op.GE: operator.ge, Op.EQ: lambda a, b: a.equal(b),
+        Op.NE: lambda a, b: (a != b).asobject(), Op.AND: tirx.And, Op.OR: tirx.Or,
+        Op.SHL: tirx.shift_left, Op.SHR: tirx.shift_right,
+    }
+
+
+def _unary_table() -> dict[Op, Callable[[Any], Any]]:
+    tirx = _tvm().tirx
+    return {
+        Op.NEG: operator.neg, Op.NOT: tirx.Not, Op.EXP: tirx.exp, Op.LOG: tirx.log,
+        Op.LOG1P: tirx.log1p, Op.SQRT: tirx.sqrt, Op.RSQRT: tirx.rsqrt, Op.TANH: tirx.tanh,
+        Op.SIGMOID: tirx.sigmoid, Op.ERF: tirx.erf, Op.SIN: tirx.sin, Op.COS: tirx.cos,
+        Op.ATAN: tirx.atan, Op.ABS: tirx.abs, Op.FLOOR: tirx.floor, Op.CEIL: tirx.ceil,
+        Op.TRUNC: tirx.trunc, Op.ROUND: tirx.round, Op.SIGN: _sign,
+    }
+
+
+def fit(x: Any, dtype: str) -> Any:
+    """Cast `x` to `dtype` where TVM's int promotion changed it."""
+    return x if dtype_of(x) == dtype else x.astype(dtype)
+
+
+# -- expression translation ------------------------------------------------------------
+
+@dataclass
+class ExprTranslator:
+    """Translates expressions given variable bindings and how to read a tensor."""
+
+    env: dict[Expr, Any]
+    read: Callable[[Read, list[Any]], Any]
+    stage: str
+    reducers: dict[CommReducer, Any] = field(default_factory=dict)
+
+    def __call__(self, e: Expr) -> Any:
+        tirx = _tvm().tirx
+        match e:
+            case Const(value=v, dtype=d):
+                return tirx.const(v, d)
+            case Var() | IterVar():
+                if e not in self.env:
+                    raise TranslationError(f"stage {self.stage!r}: variable `{e}` is not bound here; "
+                                           "symbolic dims must appear in an input's shape")
+                return self.env[e]
+            case Call(op=Op.SELECT, args=(c, a, b), dtype=d):
+                return tirx.if_then_else(self(c), fit(self(a), d), fit(self(b), d))
+            case Call(op=Op.CAST, args=(a,), dtype=d):
+                return self(a).astype(d)
+            case Call(op=op, args=(a,), dtype=d):
+                return fit(_unary_table()[op](self(a)), d)
+            case Call(op=op, args=(a, b), dtype=d):
+                return fit(_binary_table()[op](self(a), self(b)), d)
+            case Read(indices=idx):
+                return self.read(e, [self(i) for i in idx])
+            case Reduce():
+                raise TranslationError(f"stage {self.stage!r}: reduction `{e}` nested inside an "
+                                       "expression; te.compute splits these, build it with te.compute")
+        raise TranslationError(f"stage {self.stage!r}: cannot translate `{e}`")
+
+    def shape(self, dims: Sequence[Expr]) -> list[Any]:
+        return [fit(self(s), INDEX64) for s in dims]
+
+    def reducer(self, comb: CommReducer) -> Any:
+        """The `tvm.te.comm_reducer` equivalent to `comb` (combine and identity translated)."""
+        if comb not in self.reducers:
+            te = _tvm().te
+            dtypes = [v.dtype for v in comb.lhs]
+            multi = len(dtypes) > 1
+
+            def fcombine(x: Any, y: Any) -> Any:
+                xs, ys = (x, y) if multi else ((x,), (y,))
+                sub = ExprTranslator({**self.env, **dict(zip(comb.lhs, xs, strict=True)),
+                                      **dict(zip(comb.rhs, ys, strict=True))}, self.read, self.stage)
+                res = [fit(sub(r), d) for r, d in zip(comb.result, dtypes, strict=True)]
+                return tuple(res) if multi else res[0]
+
+            def fidentity(*_: Any) -> Any:
+                ids = [fit(self(i), d) for i, d in zip(comb.identity, dtypes, strict=True)]
+                return tuple(ids) if multi else ids[0]
+
+            self.reducers[comb] = te.comm_reducer(fcombine, fidentity, name=comb.name or comb.kind)
+        return self.reducers[comb]
+
+
+# -- stage translation ------------------------------------------------------------------
+
+@dataclass
+class _Dag:
+    bound: dict[Tensor, Any]
+    vars: dict[Var, Any]
+    stages: dict[int, list[Any]] = field(default_factory=dict)  # id(op) -> TVM outputs
+    reducers: dict[CommReducer, Any] = field(default_factory=dict)
+
+    def tensor(self, t: Tensor) -> Any:
+        return self.bound[t] if t in self.bound else self.stages[id(t.op)][t.value_index]
+
+    def has(self, t: Tensor) -> bool:
+        return t in self.bound or id(t.op) in self.stages
+
+    def read_compute(self, r: Read, idx: list[Any]) -> Any:
+        return self.tensor(r.tensor)(*idx)
+
+    def translator(self, env: dict[Expr, Any], stage: str) -> ExprTranslator:
+        return ExprTranslator({**self.vars, **env}, self.read_compute, stage, self.reducers)
+
+
+def _reduce_key(r: Reduce) -> tuple:
+    return (r.combiner, r.source, r.axis, r.condition, r.init)
+
+
+def _compute(op: ComputeOp, dag: _Dag) -> list[Any]:
+    """TVM tensors for each output of `op` (one TVM compute per reduction group)."""
+    groups: dict[Any, list[int]] = {}
+    for k, b in enumerate(op.body):
+        key = _reduce_key(b) if isinstance(b, Reduce) else ("plain",)
+        groups.setdefault(key, []).append(k)
+    outs: list[Any] = [None] * len(op.body)
+    for key, ks in groups.items():
+        name = op.name if len(groups) == 1 else f"{op.name}_{ks[0]}"
+        if key == ("plain",):
+            ts = _plain(op, ks, dag, name)
+        else:
+            ts = _reduction(op, op.body[ks[0]], dag, name)  # type: ignore[arg-type]
+            ts = [ts[op.body[k].value_index] for k in ks]  # type: ignore[union-attr]
+        for k, t in zip(ks, ts, strict=True):
+            outs[k] = t
+    return outs
+
+
+def _plain(op: ComputeOp, ks: list[int], dag: _Dag, name: str) -> list[Any]:
+    te = _tvm().te
+    shape = dag.translator({}, op.name).shape([a.extent for a in op.axis])
+
+    def fcompute(*ivs: Any) -> Any:
+        tr = dag.translator(dict(zip(op.axis, ivs, strict=True)), op.name)
+        res = [fit(tr(op.body[k]), op.body[k].dtype) for k in ks]
+        return res if len(res) > 1 else res[0]
+
+    out = te.compute(shape, fcompute, name=name)
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def _reduction(op: ComputeOp, red: Reduce, dag: _Dag, name: str) -> list[Any]:
+    """One TVM compute for the (tuple) reduction `red`; `init` as a second stage."""
+    tvm = _tvm()
+    te, tirx = tvm.te, tvm.tirx
+    shape = dag.translator({}, op.name).shape([a.extent for a in op.axis])
+    n = len(red.source)
+    dtypes = [s.dtype for s in red.source]
+    true = isinstance(red.condition, Const) and red.condition.value is True
+
+    def fcompute(*ivs: Any) -> Any:
+        env: dict[Expr, Any] = dict(zip(op.axis, ivs, strict=True))
+        tr = dag.translator(env, op.name)
+        raxes = []
+        for a in red.axis:  # bounds may use data axes and earlier reduce axes
+            lo = tr(a.lo)
+            rv = te.reduce_axis((lo, lo + tr(a.extent)), name=a.name)
+            env[a] = rv.var
+            raxes.append(rv)
+            tr = dag.translator(env, op.name)
+        srcs = [fit(tr(s), d) for s, d in zip(red.source, dtypes, strict=True)]
+        if not true:  # create_prim_func drops where=: select the identity instead
+            cond = tr(red.condition)
+            srcs = [tirx.if_then_else(cond, s, fit(tr(i), d))
+                    for s, i, d in zip(srcs, red.combiner.identity, dtypes, strict=True)]
+        res = tr.reducer(red.combiner)(tuple(srcs) if n > 1 else srcs[0], axis=raxes)
+        return list(res) if n > 1 else res
+
+    out = te.compute(shape, fcompute, name=name if not red.init else f"{name}_noinit")
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    if not red.init:
+        return outs
+
+    def fcombine(*ivs: Any) -> Any:  # out = combine(init, reduced)
+        env: dict[Expr, Any] = dict(zip(op.axis, ivs, strict=True))
+        env.update(zip(red.combiner.lhs, [fit(dag.translator(env, op.name)(i), d)
+                                          for i, d in zip(red.init, dtypes, strict=True)], strict=True))
+        env.update(zip(red.combiner.rhs, [o(*ivs) for o in outs], strict=True))
+        tr = dag.translator(env, op.name)
+        res = [fit(tr(r), d) for r, d in zip(red.combiner.result, dtypes, strict=True)]
+        return res if n > 1 else res[0]
+
+    out2 = te.compute(shape, fcombine, name=name)
+    return list(out2) if isinstance(out2, (list, tuple)) else [out2]
+
+
+def _scatter(op: ScatterOp, dag: _Dag) -> Any:
+    """`te.extern`: zero-fill, then a serial loop nest `if cond: out[index] += value`."""
+    tvm = _tvm()
+    te, tirx = tvm.te, tvm.tirx
+    for e in (*op.index, op.value, op.condition):
+        if any(isinstance(x, Reduce) for x in walk(e)):
+            raise TranslationError(f"scatter stage {op.name!r}: reductions inside a scatter are not "
+                                   "supported; compute them in a stage of their own first")
+    srcs = op.inputs
+    shape = dag.translator({}, op.name).shape(op.shape)
+
+    def fcompute(ins: Any, outs: Any) -> Any:
+        bufs = {t: b for t, b in zip(srcs, ins, strict=True)}
+        out = outs[0]
+
+        def load(r: Read, idx: list[Any]) -> Any:
+            return tirx.BufferLoad(bufs[r.tensor], idx)
+
+        zvars = [tirx.Var(f"z{k}", INDEX64) for k in range(len(shape))]
+        zero: Any = tirx.BufferStore(out, tirx.const(0, op.dtype), zvars)
+        for v, s in reversed(list(zip(zvars, shape, strict=True))):
+            zero = tirx.For(v, tirx.const(0, INDEX64), s, tirx.ForKind.SERIAL, zero)
+        env: dict[Expr, Any] = {}
+        bounds = []
+        for a in op.axis:
+            tr = ExprTranslator({**dag.vars, **env}, load, op.name)
+            v = tirx.Var(a.name, INDEX64)
+            bounds.append((v, fit(tr(a.lo), INDEX64), fit(tr(a.extent), INDEX64)))
+            env[a] = v
+        tr = ExprTranslator({**dag.vars, **env}, load, op.name)
+        idx = [tr(i) for i in op.index]
+        body: Any = tirx.BufferStore(
+            out, tirx.BufferLoad(out, idx) + fit(tr(op.value), op.dtype), idx)
+        if not (isinstance(op.condition, Const) and op.condition.value is True):
+            body = tirx.IfThenElse(tr(op.condition), body, None)
+        for v, lo, ext in reversed(bounds):
+            body = tirx.For(v, lo, ext, tirx.ForKind.SERIAL, body)
+        return tirx.SeqStmt([zero, body])
+
+    return te.extern(shape, [dag.tensor(t) for t in srcs], fcompute, name=op.name,
+                     dtype=op.dtype)
+
+
+# -- public entry points --------------------------------------------------------------
+
+def symbolic_vars(tensors: Sequence[Tensor]) -> list[Var]:
+    """The symbolic dims (`te.var`) used anywhere in the DAG of `tensors`, in first-use order."""
+    out: dict[Var, None] = {}
+    for t in topo_order(tensors):
+        exprs: list[Expr] = list(t.shape)
+        match t.op:
+            case ComputeOp(body=body):
+                exprs += list(body)
+            case ScatterOp():
+                exprs += [*t.op.index, t.op.value, t.op.condition,
+                          *(x for a in t.op.axis for x in (a.lo, a.extent))]
+        for e in exprs:
+            for x in walk(e):
+                if isinstance(x, Var) and not isinstance(x, IterVar) and x not in _reducer_vars(e):
+                    out[x] = None
+                if isinstance(x, Reduce):
+                    for a in x.axis:
+                        out.update((v, None) for v in (*walk(a.lo), *walk(a.extent))
+                                   if isinstance(v, Var) and not isinstance(v, IterVar))
+    return list(out)
+
+
+def _reducer_vars(e: Expr) -> set[Var]:
+    return {v for x in walk(e) if isinstance(x, Reduce) for v in (*x.combiner.lhs, *x.combiner.rhs)}
+
+
+def translate(outputs: Sequence[Tensor], bind: Mapping[Tensor, Any] | None = None,
+              var_map: Mapping[Var, Any] | None = None) -> list[Any]:
+    """`tvm.te` tensors computing `outputs`.
+
+    `bind` maps texpr_ad tensors (placeholders, or any stage to take as given,
+    e.g. a forward output) to existing TVM tensors; other placeholders get a
+    fresh `tvm.te.placeholder`.  `var_map` maps symbolic dims to TVM PrimExprs;
+    unmapped ones get a fresh int64 `tirx.Var`.
+    """
+    tvm = _tvm()
+    vars_ = dict(var_map or {})
+    for v in symbolic_vars(outputs):
+        vars_.setdefault(v, tvm.tirx.Var(v.name, INDEX64))
+    dag = _Dag(dict(bind or {}), vars_)
+    for t in _order(outputs, dag.bound):
+        if dag.has(t):
+            continue
+        match t.op:
+            case PlaceholderOp(name=name):
+                dag.stages[id(t.op)] = [tvm.te.placeholder(
+                    dag.translator({}, name).shape(t.shape), t.dtype, name=name)]
+            case ComputeOp():
+                dag.stages[id(t.op)] = _compute(t.op, dag)
+            case ScatterOp():
+                dag.stages[id(t.op)] = [_scatter(t.op, dag)]
+    return [dag.tensor(t) for t in outputs]
+
+
+def _order(outputs: Sequence[Tensor], stop: Mapping[Tensor, Any]) -> list[Tensor]:
+    """Producers before consumers, not looking behind tensors in `stop`."""
+    order: list[Tensor] = []
+    seen: set[int] = set()
+
+    def visit(t: Tensor) -> None:
+        if id(t) in seen:
+            return
+        seen.add(id(t))
+        if t not in stop:
+            for s in t.op.inputs:
+                visit(s)
+        order.append(t)
+
+    for t in outputs:
+        visit(t)
+    return order
+
+
+@dataclass
+class Built:
+    """A compiled TVM function for `outputs` of a texpr_ad DAG; call it with NumPy arrays."""
+
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    func: Any
+    prim_func: Any
+    sym: list[Var]
+
+    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        from ..te.interp import bind_shapes
+        tvm = _tvm()
+        arrs = [np.ascontiguousarray(a) for a in arrays]
+        for t, a in zip(self.inputs, arrs, strict=True):
+            if str(a.dtype) != t.dtype:
+                raise TypeError(f"input {t.name!r} is {t.dtype} but got an array of dtype {a.dtype}")
+        env = bind_shapes(self.inputs, arrs)
+        outs = [np.zeros(tuple(_eval_int(s, env) for s in t.shape), t.dtype) for t in self.outputs]
+        args = [tvm.runtime.tensor(a) for a in (*arrs, *outs)]
+        extra = [int(env[v]) for v in self.sym if v not in _shape_vars(self.inputs)]
+        self.func(*args, *extra)
+        return [a.numpy() for a in args[len(arrs):]]
+
+
+def _shape_vars(inputs: Sequence[Tensor]) -> set[Var]:
+    return {x for t in inputs for s in t.shape for x in walk(s) if isinstance(x, Var)}
+
+
+def _eval_int(e: Expr, env: Mapping[Expr, int]) -> int:
+    from ..te.interp import NUMPY_IMPL
+    match e:
+        case Const(value=v):
+            return int(v)
+        case Var():
+            if e not in env:
+                raise ValueError(f"symbolic dim `{e}` is not determined by the input shapes")
+            return int(env[e])
+        case Call(op=op, args=args):
+            return int(NUMPY_IMPL[op](*(np.int64(_eval_int(a, env)) for a in args)))
+    raise ValueError(f"cannot evaluate shape `{e}`")
+
+
+def prim_func(outputs: Sequence[Tensor], inputs: Sequence[Tensor]) -> Any:
+    """A `tirx.PrimFunc` with parameters (*inputs, *outputs, *symbolic dims not in input shapes)."""
+    tvm = _tvm()
+    outputs, inputs = list(outputs), list(inputs)
+    missing = [t.name for t in topo_order(outputs)
+               if isinstance(t.op, PlaceholderOp) and t not in inputs]
+    if missing:
+        raise TranslationError(f"the outputs read placeholder(s) {missing} that are not in inputs=")
+    vars_ = {v: tvm.tirx.Var(v.name, INDEX64) for v in symbolic_vars([*outputs, *inputs])}
+    ins = translate(inputs, var_map=vars_)
+    outs = translate(outputs, bind=dict(zip(inputs, ins, strict=True)), var_map=vars_)
+    free = [vars_[v] for v in vars_ if v not in _shape_vars(inputs)]
+    return tvm.te.create_prim_func([*ins, *outs, *free])
+
+
+def build(outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str = "llvm") -> Built:
+    """Translate, `tvm.compile` and wrap `outputs` as a NumPy-in/NumPy-out callable."""
+    pf = prim_func(outputs, inputs)
+    sym = symbolic_vars([*outputs, *inputs])
+    return Built(list(inputs), list(outputs), _tvm().compile(pf, target=target), pf, sym)

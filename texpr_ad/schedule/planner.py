@@ -1,0 +1,411 @@
+"""The scheduler: turn a tensor DAG into a `Plan` (pure; emits no source text).
+
+Steps, each a small function below:
+
+1. `_stages`     - the compute/scatter operations in dependency order, with unique names.
+2. `_uses`       - every read of every tensor, with where it happens (under a reduction,
+                   in a reduction bound) and its index.
+3. `_inline_ok`  - a stage is inlined only if it is an intermediate single-output
+                   elementwise compute (no reduction) read exactly once, outside any
+                   reduction, at an index that is a permutation of all the reader's
+                   data axes: each of its elements is then computed at most once, so
+                   inlining never duplicates work.  Everything else is materialized.
+4. `_loop_nest`  - data loops in declared order (the last axis, contiguous in memory,
+                   innermost); the leading axes are fused into one `prange` until the
+                   parallel loop has at least `MIN_PARALLEL_CHUNKS` iterations (never
+                   the innermost axis unless the stage is 1-d); tiny stages run serially.
+5. `_scatter`    - a scatter-add runs in parallel only over an axis that one index dim
+                   equals exactly (an injective map, so no two iterations hit the same
+                   element); otherwise serially.
+
+Overrides (`build(..., plan_overrides={stage: {key: value}})`), keys in `OVERRIDE_KEYS`:
+`inline` (bool; True only where legal), `parallel` (bool), `fuse` (int, leading axes of
+the order flattened into the prange), `order` (list of the stage's axis names).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
+
+from ..te.dag import topo_order
+from ..te.expr import Const, Expr, IterVar, Read, Reduce, Var
+from ..te.printer import expr_str
+from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
+from ..te.visit import children, substitute, transform, walk
+from .plan import ComputeStage, Inline, Plan, ScatterStage, Stage
+
+MIN_PARALLEL_WORK = 1024  # stages with fewer known point*reduction iterations run serially
+MIN_PARALLEL_CHUNKS = 64  # fuse leading axes until the prange has this many iterations
+OVERRIDE_KEYS = {"compute": {"inline", "parallel", "fuse", "order"},
+                 "scatter": {"parallel"}}
+
+
+class ScheduleError(ValueError):
+    """A DAG the scheduler cannot plan, or an illegal override (names the stage and the fix)."""
+
+
+@dataclass(frozen=True)
+class _Use:
+    reader: ComputeOp | ScatterOp
+    read: Read
+    under_reduce: bool
+    in_bound: bool
+
+
+def plan_kernel(outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str = "cpu",
+                overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:
+    """Schedule `outputs` (computed from the placeholders `inputs`) into a loop-nest plan."""
+    outputs, inputs = tuple(outputs), tuple(inputs)
+    _check_io(outputs, inputs)
+    ops, names = _stages(outputs)
+    overrides = dict(overrides or {})
+    _check_overrides(overrides, ops, names)
+    uses = _uses(ops)
+    out_ops = {id(t.op) for t in outputs}
+    inlined: dict[int, _Use] = {}
+    why_kept: dict[int, str] = {}
+    for op in ops:
+        ov = overrides.get(names[id(op)], {})
+        why = _inline_ok(op, uses.get(id(op), []), id(op) in out_ops)
+        why_kept[id(op)] = why or "inlining turned off by override"
+        want = ov.get("inline", why is None)
+        if want and why is not None:
+            raise ScheduleError(f"cannot inline stage {names[id(op)]!r}: {why}; "
+                                f"remove the 'inline' override")
+        if want:
+            inlined[id(op)] = uses[id(op)][0]
+    expand = _Expander({k for k in inlined}, names)
+    stages: list[Stage] = []
+    tensors_of = _tensors_of(outputs)
+    for op in ops:
+        if id(op) in inlined:
+            continue
+        ov = overrides.get(names[id(op)], {})
+        make = _compute_stage if isinstance(op, ComputeOp) else _scatter_stage
+        st = make(op, names[id(op)], id(op) in out_ops, expand, ov, tensors_of)  # type: ignore[arg-type]
+        if id(op) not in out_ops:
+            st = replace(st, notes=(f"materialized: {why_kept[id(op)]}", *st.notes))
+        stages.append(st)
+    inl = tuple(Inline(names[k], names[id(u.reader)], "read once, outside any reduction, at "
+                       f"the reader's own data axes ({expr_str(u.read)})")
+                for k, u in ((id(op), inlined[id(op)]) for op in ops if id(op) in inlined))
+    return Plan(target, inputs, outputs, _params(inputs, outputs, ops), tuple(stages), inl)
+
+
+# -- 1. stages and checks ------------------------------------------------------------
+
+def _check_io(outputs: tuple[Tensor, ...], inputs: tuple[Tensor, ...]) -> None:
+    if not outputs:
+        raise ScheduleError("build needs at least one output tensor")
+    for t in (*outputs, *inputs):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"build takes te tensors, got {type(t).__name__} {t!r}")
+    for t in inputs:
+        if not isinstance(t.op, PlaceholderOp):
+            raise ScheduleError(f"input {t.name!r} is not a placeholder; inputs must be "
+                                f"te.placeholder tensors (computed tensors are built, not passed)")
+    seen: set[int] = set()
+    for t in inputs:
+        if id(t) in seen:
+            raise ScheduleError(f"input {t.name!r} is listed twice in inputs")
+        seen.add(id(t))
+    missing = [t.name for t in topo_order(outputs)
+               if isinstance(t.op, PlaceholderOp) and id(t) not in seen]
+    if missing:
+        raise ScheduleError(f"placeholder(s) {missing} are read by the outputs but not listed "
+                            f"in inputs; add them to the inputs list")
+    for t in topo_order(outputs):
+        if t.dtype == "float16":
+            raise ScheduleError(f"tensor {t.name!r} is float16, which the Numba CPU backend does "
+                                f"not support; use float32")
+
+
+def _stages(outputs: tuple[Tensor, ...]) -> tuple[list[ComputeOp | ScatterOp], dict[int, str]]:
+    ops: list[ComputeOp | ScatterOp] = []
+    seen: set[int] = set()
+    for t in topo_order(outputs):
+        if isinstance(t.op, (ComputeOp, ScatterOp)) and id(t.op) not in seen:
+            seen.add(id(t.op))
+            ops.append(t.op)
+    names: dict[int, str] = {}
+    taken: set[str] = set()
+    for op in ops:
+        n, k = op.name, 1
+        while n in taken:
+            n, k = f"{op.name}_{k}", k + 1
+        taken.add(n)
+        names[id(op)] = n
+    return ops, names
+
+
+def _check_overrides(ov: dict[str, Mapping[str, Any]], ops: list, names: dict[int, str]) -> None:
+    by_name = {names[id(op)]: op for op in ops}
+    for stage, keys in ov.items():
+        if stage not in by_name:
+            raise ScheduleError(f"plan_overrides names stage {stage!r}, which is not in this "
+                                f"kernel; stages: {sorted(by_name)}")
+        kind = "compute" if isinstance(by_name[stage], ComputeOp) else "scatter"
+        bad = set(keys) - OVERRIDE_KEYS[kind]
+        if bad:
+            raise ScheduleError(f"plan_overrides[{stage!r}]: unknown key(s) {sorted(bad)} for a "
+                                f"{kind} stage; allowed: {sorted(OVERRIDE_KEYS[kind])}")
+
+
+# -- 2. uses --------------------------------------------------------------------------
+
+def _exprs(op: ComputeOp | ScatterOp) -> tuple[Expr, ...]:
+    return op.body if isinstance(op, ComputeOp) else (*op.index, op.value, op.condition)
+
+
+def _uses(ops: list[ComputeOp | ScatterOp]) -> dict[int, list[_Use]]:
+    """Every read occurrence (a tree count: a read written twice is two uses), by producer op."""
+    out: dict[int, list[_Use]] = {}
+
+    def go(e: Expr, op: ComputeOp | ScatterOp, under: bool, bound: bool) -> None:
+        if isinstance(e, Read):
+            out.setdefault(id(e.tensor.op), []).append(_Use(op, e, under, bound))
+        if isinstance(e, Reduce):
+            for ax in e.axis:
+                go(ax.lo, op, True, True)
+                go(ax.extent, op, True, True)
+            under = True
+        for c in children(e):
+            go(c, op, under, bound)
+
+    for op in ops:
+        for e in _exprs(op):
+            go(e, op, False, False)
+    return out
+
+
+# -- 3. inlining ----------------------------------------------------------------------
+
+def _inline_ok(op: ComputeOp | ScatterOp, uses: list[_Use], is_output: bool) -> str | None:
+    """None if `op` may be inlined into its single reader, else the reason it may not."""
+    if isinstance(op, ScatterOp):
+        return "a scatter-add is always materialized"
+    if is_output:
+        return "it is an output of the kernel"
+    if len(op.body) > 1:
+        return "it has several outputs"
+    if any(isinstance(x, Reduce) for x in walk(op.body[0])):
+        return "it contains a reduction (inlining could repeat its work)"
+    if len(uses) != 1:
+        return f"it is read {len(uses)} times (inlining would recompute it)"
+    u = uses[0]
+    if u.under_reduce or u.in_bound:
+        return "it is read inside a reduction (inlining would recompute it per iteration)"
+    ix = u.read.indices
+    if not (all(isinstance(i, IterVar) and i.kind == "data" for i in ix)
+            and len(set(ix)) == len(ix) == len(u.reader.axis) and set(ix) == set(u.reader.axis)):
+        return f"it is read at {expr_str(u.read)}, not at a permutation of the reader's axes"
+    return None
+
+
+class _Expander:
+    """Substitute inlined stages into expressions, recursively and memoized."""
+
+    def __init__(self, inlined: set[int], names: dict[int, str]) -> None:
+        self.inlined, self.names = inlined, names
+
+    def __call__(self, e: Expr) -> Expr:
+        def fn(x: Expr) -> Expr | None:
+            if isinstance(x, Read) and id(x.tensor.op) in self.inlined:
+                op = x.tensor.op
+                body = substitute(op.body[0], dict(zip(op.axis, x.indices, strict=True)))
+                return self(body)
+            return None
+        return transform(e, fn)
+
+    def names_in(self, exprs: Sequence[Expr]) -> tuple[str, ...]:
+        """Names of the inlined stages read (directly or through each other) by `exprs`."""
+        found: dict[str, None] = {}
+
+        def scan(es: Sequence[Expr]) -> None:
+            for e in es:
+                for x in walk(e):
+                    if isinstance(x, Read) and id(x.tensor.op) in self.inlined:
+                        found[self.names[id(x.tensor.op)]] = None
+                        scan(x.tensor.op.body)
+        scan(exprs)
+        return tuple(found)
+
+
+# -- 4. compute loop nests --------------------------------------------------------------
+
+def _const(e: Expr) -> int | None:
+    return int(e.value) if isinstance(e, Const) else None
+
+
+def _work(axes: Sequence[IterVar], bodies: Sequence[Expr]) -> float:
+    """Known iteration count (data points times reduction points); unknown extents count as large."""
+    exts = [a.extent for a in axes]
+    for b in bodies:
+        for x in walk(b):
+            if isinstance(x, Reduce):
+                exts += [a.extent for a in x.axis]
+                break
+    n = 1.0
+    for e in exts:
+        c = _const(e)
+        n *= math.inf if c is None else c
+    return n
+
+
+def _default_fuse(order: Sequence[IterVar]) -> int:
+    if len(order) <= 1:
+        return len(order)
+    fused, chunks = 0, 1
+    for a in order[:-1]:
+        fused += 1
+        c = _const(a.extent)
+        if c is None:
+            break
+        chunks *= c
+        if chunks >= MIN_PARALLEL_CHUNKS:
+            break
+    return fused
+
+
+def _reduction_notes(bodies: Sequence[Expr], axes: Sequence[IterVar]) -> tuple[str, ...]:
+    groups: dict[tuple, Reduce] = {}
+    for b in bodies:
+        for x in walk(b):
+            if isinstance(x, Reduce):
+                groups.setdefault((x.combiner, x.source, x.axis, x.condition, x.init), x)
+    notes = []
+    for r in groups.values():
+        kind = r.combiner.kind if r.combiner.kind != "custom" else f"custom {r.combiner.name!r}"
+        accs = ", ".join(s.dtype for s in r.source)
+        txt = (f"{kind} over {', '.join(a.name for a in r.axis)} in a local {accs} accumulator"
+               f"{'s' if len(r.source) > 1 else ''} (serial, in axis order)")
+        if len(r.source) > 1:
+            txt += f"; tuple reducer computing {len(r.source)} values in one loop"
+        if not (isinstance(r.condition, Const) and r.condition.value is True):
+            txt += f"; where {expr_str(r.condition)}"
+        if r.init:
+            txt += f"; init {', '.join(expr_str(i) for i in r.init)}"
+        dep = [a.name for a in r.axis
+               if any(isinstance(v, IterVar) for e in (a.lo, a.extent) for v in walk(e))]
+        if dep:
+            txt += f"; bounds of {', '.join(dep)} depend on the enclosing axes"
+        notes.append(txt)
+    return tuple(notes)
+
+
+def _compute_stage(op: ComputeOp, name: str, is_output: bool, expand: _Expander,
+                   ov: Mapping[str, Any], tensors_of: dict[tuple[int, int], Tensor]) -> ComputeStage:
+    bodies = tuple(expand(b) for b in op.body)
+    for b in bodies:
+        for x in walk(b):
+            if isinstance(x, Reduce) and any(isinstance(y, Reduce) for s in x.source for y in walk(s)):
+                raise ScheduleError(f"stage {name!r}: a reduction nested inside another reduction "
+                                    f"is not supported; build it with te.compute, which splits it")
+    notes: list[str] = [f"override {k}={v!r}" for k, v in ov.items()]
+    order = tuple(op.axis)
+    if "order" in ov:
+        by = {a.name: a for a in op.axis}
+        want = list(ov["order"])
+        if sorted(want) != sorted(by) or len(by) != len(op.axis):
+            raise ScheduleError(f"stage {name!r}: order override {want} must be a permutation of "
+                                f"the axis names {[a.name for a in op.axis]}")
+        order = tuple(by[n] for n in want)
+    work = _work(op.axis, bodies)
+    parallel = bool(ov.get("parallel", len(order) > 0 and work >= MIN_PARALLEL_WORK))
+    if not order:
+        parallel = False
+    elif "parallel" not in ov and not parallel:
+        notes.append(f"serial: only {int(work)} iterations (< {MIN_PARALLEL_WORK})")
+    fused = int(ov.get("fuse", _default_fuse(order))) if parallel else 0
+    if parallel and not 1 <= fused <= len(order):
+        raise ScheduleError(f"stage {name!r}: fuse={fused} must be between 1 and {len(order)}")
+    tensors = tuple(tensors_of.get((id(op), k)) for k in range(len(bodies)))
+    return ComputeStage(name, tensors, tuple(op.axis), bodies, order,
+                        fused, parallel, is_output, _reduction_notes(bodies, op.axis),
+                        expand.names_in(op.body), tuple(notes))
+
+
+# -- 5. scatter -------------------------------------------------------------------------
+
+def _scatter_stage(op: ScatterOp, name: str, is_output: bool, expand: _Expander,
+                   ov: Mapping[str, Any], tensors_of: dict[tuple[int, int], Tensor]) -> ScatterStage:
+    index = tuple(expand(i) for i in op.index)
+    value, cond = expand(op.value), expand(op.condition)
+    for e in (*index, value, cond):
+        if any(isinstance(x, Reduce) for x in walk(e)):
+            raise ScheduleError(f"scatter {name!r}: reductions inside a scatter are not supported; "
+                                f"compute them in a stage of their own")
+    notes: list[str] = [f"override {k}={v!r}" for k, v in ov.items()]
+    cand, dim = None, -1
+    axes = set(op.axis)
+    for d, ix in enumerate(index):
+        if isinstance(ix, IterVar) and ix in axes:
+            deps = [v for e in (ix.lo, ix.extent) for v in walk(e) if isinstance(v, IterVar)]
+            if not deps:
+                cand, dim = ix, d
+                break
+    want = ov.get("parallel", cand is not None)
+    if want and cand is None:
+        raise ScheduleError(f"scatter {name!r}: no axis maps injectively to an index dim "
+                            f"(index [{', '.join(expr_str(i) for i in index)}]), so a parallel "
+                            f"scatter would race; remove the 'parallel' override")
+    if not want:
+        cand, dim = None, -1
+        notes.append("serial: no index dim is exactly one loop axis (a parallel loop would race)"
+                     if "parallel" not in ov else "serial by override")
+    order = tuple(op.axis) if cand is None else (cand, *[a for a in op.axis if a is not cand])
+    return ScatterStage(name, tensors_of[(id(op), 0)], tuple(op.shape), order, index, value, cond,
+                        cand, dim, is_output, expand.names_in((*op.index, op.value, op.condition)),
+                        tuple(notes))
+
+
+# -- symbolic dims ------------------------------------------------------------------------
+
+def _vars(e: Expr, out: dict[Var, None]) -> None:
+    for x in walk(e):
+        if isinstance(x, Var):
+            out[x] = None
+        elif isinstance(x, IterVar):
+            _vars(x.lo, out)
+            _vars(x.extent, out)
+        elif isinstance(x, Reduce):
+            for a in x.axis:
+                _vars(a.lo, out)
+                _vars(a.extent, out)
+
+
+def _params(inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...],
+            ops: list[ComputeOp | ScatterOp]) -> tuple[Var, ...]:
+    """Symbolic dims, in order of first appearance as an input dimension; all must be bound."""
+    bound: dict[Var, None] = {}
+    for t in inputs:
+        for s in t.shape:
+            if isinstance(s, Var):
+                bound[s] = None
+    used: dict[Var, None] = {}
+    for t in topo_order(outputs):
+        for s in t.shape:
+            _vars(s, used)
+    for op in ops:
+        for e in _exprs(op):
+            _vars(e, used)
+        for a in op.axis:
+            _vars(a, used)
+        if isinstance(op, ScatterOp):
+            for s in op.shape:
+                _vars(s, used)
+    for t in inputs:
+        for s in t.shape:
+            _vars(s, used)
+    free = [v.name for v in used if v not in bound]
+    if free:
+        raise ScheduleError(f"symbolic dim(s) {free} are used by the kernel but are not a "
+                            f"dimension of any input, so they cannot be bound from the input "
+                            f"shapes; make each one the size of some input dimension")
+    return tuple(bound)
+
+
+def _tensors_of(outputs: tuple[Tensor, ...]) -> dict[tuple[int, int], Tensor]:
+    """(op id, value index) -> tensor, for the tensors reachable from the outputs."""
+    return {(id(t.op), t.value_index): t for t in topo_order(outputs)}
