@@ -72,7 +72,7 @@ def test_forward_matches_numpy_reference(name: str) -> None:
 def test_float32_sample_builds_and_evaluates(name: str) -> None:
     s, outs = _run(name, "float32")
     for t, a in zip(s.inputs, s.arrays, strict=True):
-        assert str(a.dtype) == t.dtype, f"{name}: array of {t.name!r} is {a.dtype}, placeholder {t.dtype}"
+        assert str(a.dtype) == t.dtype, f"{name}: array {a.dtype} for {t.name!r} ({t.dtype})"
         assert t.dtype in ("float32", "int32", "int64", "bool"), f"{name}: {t.name!r} is {t.dtype}"
     refs = registry.get(name).reference(*[a.astype(np.float64) if a.dtype.kind == "f" else a
                                           for a in s.arrays])  # type: ignore[misc]
@@ -90,7 +90,7 @@ def test_entry_metadata(name: str) -> None:
     for t, arr, diff in zip(a.inputs, a.arrays, a.differentiable, strict=True):
         assert isinstance(t.op, te.PlaceholderOp)
         assert arr.shape == tuple(int(d.value) for d in t.shape)
-        assert not diff or te.dtype.is_float(t.dtype), f"{name}: {t.name!r} differentiable but {t.dtype}"
+        assert not diff or te.dtype.is_float(t.dtype), f"{name}: {t.name!r} is {t.dtype}"
     float_out = any(te.dtype.is_float(o.dtype) for o in a.outputs)
     assert any(a.differentiable) == (float_out and name not in ("multibox_prior",)), name
     assert all(int(np.prod([int(d.value) for d in o.shape])) <= 5000 for o in a.outputs)
@@ -157,7 +157,8 @@ def test_matches_pytorch(name: str) -> None:
 
 def test_symbolic_batch_dim() -> None:
     n = te.var("n")
-    x, w = te.placeholder((n, 3, 5, 5), "float64", "x"), te.placeholder((2, 3, 3, 3), "float64", "w")
+    x = te.placeholder((n, 3, 5, 5), "float64", "x")
+    w = te.placeholder((2, 3, 3, 3), "float64", "w")
     y = nn.conv2d(x, w, padding=1)
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((3, 3, 5, 5)), rng.standard_normal((2, 3, 3, 3))

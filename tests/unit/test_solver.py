@@ -355,3 +355,9 @@ def test_random_systems(block):
         except AssertionError as err:
             raise AssertionError(f"random system seed={seed}: indices {idx}, constraints {cons}\n"
                                  f"{err}") from None
+
+
+def test_mismatched_targets_is_a_clear_error():
+    i = ax("i", 3)
+    with pytest.raises(ValueError, match="one target per index"):
+        invert([i, i], [i], [Var("j")])

@@ -161,6 +161,17 @@ class Renderer:
     def render(self, plan: Plan) -> str:
         return _Render(self, plan).source()
 
+    def render_expr(self, e: Expr, names: dict[Expr, str]) -> str:
+        """One expression as source, with variables and reads' tensors named by `names`."""
+        empty = Plan(self.target, (), (), tuple(v for v in names if isinstance(v, Var)), (), ())
+        r = _Render(self, empty)
+        for k, v in names.items():
+            r.names.by_key[("", k) if isinstance(k, IterVar) else k] = v
+        for x in walk(e):
+            if isinstance(x, Read):
+                r.names.by_key.setdefault(("t", id(x.tensor)), x.tensor.name)
+        return top(r.expr(e, {k: v for k, v in names.items() if not isinstance(k, Var)}))
+
 
 class _Render:
     """One rendering pass (holds the name table and the lines being emitted)."""
@@ -168,6 +179,7 @@ class _Render:
     def __init__(self, r: Renderer, plan: Plan) -> None:
         self.r, self.plan, self.names = r, plan, Names()
         self.lines: list[str] = []
+        self.scope = ""  # the stage being rendered
         self.checked = False  # a data-dependent index check was emitted in the current stage
         self.any_check = False
 
@@ -177,15 +189,16 @@ class _Render:
         args = [self.tensor(t) for t in p.inputs] + [self.names.get(v, v.name) for v in p.params]
         body: list[str] = []
         for st in p.stages:
-            self.lines, self.checked = [], False
+            self.lines, self.checked, self.scope = [], False, st.name
             if isinstance(st, ComputeStage):
                 self.compute(st)
             else:
                 self.scatter(st)
             if self.checked:
+                what = ("a scatter index" if isinstance(st, ScatterStage) else
+                        "an index computed from tensor values")
                 self.emit(1, f"if {ERR_NAME}[0] != 0:")
-                self.emit(2, f'raise IndexError("stage {st.name}: a data-dependent index is out '
-                             f'of bounds (an index computed from tensor values)")')
+                self.emit(2, f'raise IndexError("stage {st.name}: {what} is out of bounds")')
             body += self.lines
         rets = [self.tensor(t) if not _is_placeholder(t) else f"{self.tensor(t)}.copy()"
                 for t in p.outputs]
@@ -215,7 +228,8 @@ class _Render:
         return self.names.get(("t", id(t)), t.name)
 
     def axis(self, a: IterVar) -> str:
-        return self.names.get(a, a.name)
+        # per stage: a reduce axis shared by two stages still gets a private loop variable
+        return self.names.get((self.scope, a), a.name)
 
     # -- expressions ----------------------------------------------------------------------
     def expr(self, e: Expr, env: dict[Expr, str]) -> str:
@@ -257,7 +271,11 @@ class _Render:
     # -- loops ------------------------------------------------------------------------------
     def range_loop(self, depth: int, a: IterVar, env: dict[Expr, str]) -> None:
         lo, ext = self.expr(a.lo, env), self.expr(a.extent, env)
-        rng = top(ext) if _is_zero(a.lo) else f"{top(lo)}, {lo} + {ext}"
+        match a.extent:
+            case Call(op=Op.SUB, args=(hi, lo_)) if lo_.same_as(a.lo):  # extent = hi - lo
+                rng = f"{top(lo)}, {top(self.expr(hi, env))}"
+            case _:
+                rng = top(ext) if _is_zero(a.lo) else f"{top(lo)}, {lo} + {ext}"
         self.emit(depth, f"for {self.axis(a)} in range({rng}):")
 
     def parallel_nest(self, depth: int, axes: Sequence[IterVar], stage: str) -> int:
@@ -338,7 +356,8 @@ class _Render:
                     self.emit(depth, f"{tmp} = {top(s)}")
                     s = tmp
                 cenv[v] = s
-        res = [top(self.expr(x, cenv)) for x in comb.result]
+        res = [self.expr(x, cenv) for x in comb.result]
+        res = [top(res[0])] if len(res) == 1 else res
         self.emit(depth, f"{', '.join(dest)} = {', '.join(res)}")
 
     # -- scatter stages -----------------------------------------------------------------------------

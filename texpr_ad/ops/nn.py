@@ -186,7 +186,8 @@ def batch_matmul(x: Tensor, y: Tensor, transpose_a: bool = False,
           f"batch_matmul: {x.name!r} gives K={k} but {y.name!r} gives K={k2}")
     rk = te.reduce_axis((0, k), name="k")
     return te.compute((bx, m, n), lambda b, i, j: te.sum(
-        (x[b, rk, i] if transpose_a else x[b, i, rk]) * (y[b, j, rk] if transpose_b else y[b, rk, j]),
+        (x[b, rk, i] if transpose_a else x[b, i, rk])
+        * (y[b, j, rk] if transpose_b else y[b, rk, j]),
         axis=rk), name="T_batch_matmul")
 
 
@@ -288,8 +289,9 @@ def depthwise_conv2d(data: Tensor, weight: Tensor, stride: int | Sequence[int] =
     """
     _need(data.ndim == 4 and weight.ndim == 4,
           f"depthwise_conv2d: data {data.name!r} and weight {weight.name!r} must be 4-d")
-    (sh, sw), (ph, pw), (dh, dw) = (expand(v, 2, w) for v, w in
-                                    ((stride, "stride"), (padding, "padding"), (dilation, "dilation")))
+    (sh, sw), (ph, pw), (dh, dw) = (
+        expand(v, 2, w) for v, w in
+        ((stride, "stride"), (padding, "padding"), (dilation, "dilation")))
     n, c, h, w = dims(data)
     cw, mult, kh, kw = static_dims(weight, "depthwise_conv2d")
     _need(not isinstance(c, int) or c == cw,
@@ -351,7 +353,8 @@ def const_matrix(matrix: np.ndarray, dtype: str, name: str = "const_matrix") -> 
         now: Any = te.const(0.0, dtype)
         for ii, jj in itertools.product(range(rows), range(cols)):
             if matrix[ii, jj] != 0:
-                now = te.if_then_else(te.all(i == ii, j == jj), te.const(float(matrix[ii, jj]), dtype), now)
+                val = te.const(float(matrix[ii, jj]), dtype)
+                now = te.if_then_else(te.all(i == ii, j == jj), val, now)
         return now
 
     return te.compute(matrix.shape, body, name=name, attrs={"const_matrix": True})
@@ -371,7 +374,8 @@ def conv2d_winograd(data: Tensor, weight: Tensor, padding: int = 1) -> Tensor:
     _need((kh, kw) == (3, 3), f"conv2d_winograd: weight {weight.name!r} must be 3x3, "
                               f"got {kh}x{kw}; use conv2d")
     _need(not isinstance(c, int) or c == cw,
-          f"conv2d_winograd: data {data.name!r} has {c} channels but weight {weight.name!r} has {cw}")
+          f"conv2d_winograd: data {data.name!r} has {c} channels but weight {weight.name!r} "
+          f"has {cw}")
     h, w = static_dims(data, "conv2d_winograd")[2:]
     m, alpha, dtype = 2, 4, data.dtype
     oh, ow = h + 2 * padding - 2, w + 2 * padding - 2
@@ -414,7 +418,8 @@ def pool(data: Tensor, kernel: int | Sequence[int], stride: int | Sequence[int] 
     """
     nd = data.ndim - 2
     _need(nd >= 1, f"{name}: data {data.name!r} must be (N, C, *spatial)")
-    _need(pool_type in ("max", "avg"), f"{name}: pool_type must be 'max' or 'avg', got {pool_type!r}")
+    _need(pool_type in ("max", "avg"),
+          f"{name}: pool_type must be 'max' or 'avg', got {pool_type!r}")
     k, s, p = (expand(v, nd, f"{name} {w}") for v, w in
                ((kernel, "kernel"), (stride, "stride"), (padding, "padding")))
     n, c, *sp = dims(data)
@@ -476,7 +481,8 @@ def global_pool2d(data: Tensor, pool_type: str = "max") -> Tensor:
     n, c, h, w = dims(data)
     ry, rx = te.reduce_axis((0, h), name="ry"), te.reduce_axis((0, w), name="rx")
     if pool_type == "max":
-        return te.compute((n, c, 1, 1), lambda b, f, y, x: te.max(data[b, f, ry, rx], axis=[ry, rx]),
+        return te.compute((n, c, 1, 1), lambda b, f, y, x: te.max(data[b, f, ry, rx],
+                                                                  axis=[ry, rx]),
                           name="global_max_pool2d")
     total = te.compute((n, c, 1, 1), lambda b, f, y, x: te.sum(data[b, f, ry, rx], axis=[ry, rx]),
                        name="global_pool_sum")
@@ -486,7 +492,8 @@ def global_pool2d(data: Tensor, pool_type: str = "max") -> Tensor:
                       name="global_avg_pool2d")
 
 
-def adaptive_pool2d(data: Tensor, output_size: int | Sequence[int], pool_type: str = "avg") -> Tensor:
+def adaptive_pool2d(data: Tensor, output_size: int | Sequence[int],
+                    pool_type: str = "avg") -> Tensor:
     """Adaptive max/avg pooling of NCHW data (TOPI `adaptive_pool`, PyTorch windows).
 
     Output row i pools input rows [floor(i*H/OH), ceil((i+1)*H/OH)), computed with
@@ -567,7 +574,8 @@ def lrn(data: Tensor, size: int, axis: int = 1, alpha: float = 1e-4, beta: float
         return te.sum(padded[src] * padded[src], axis=r)
 
     sqr_sum = te.compute(data.shape, sq, name="sqr_sum")
-    scale = te.compute(data.shape, lambda *i: te.power(bias + alpha * sqr_sum[i] / float(size), beta),
+    scale = te.compute(data.shape,
+                       lambda *i: te.power(bias + alpha * sqr_sum[i] / float(size), beta),
                        name="sqr_sum_up")
     return te.compute(data.shape, lambda *i: data[i] / scale[i], name="T_lrn")
 
@@ -626,8 +634,9 @@ def np_conv(x: np.ndarray, w: np.ndarray, stride: Sequence[int], padding: Sequen
         xg = xp[:, g * cg:(g + 1) * cg]
         wg = w[g * og:(g + 1) * og]
         for kpos in itertools.product(*[range(k) for k in ks]):
-            sl = tuple(slice(kpos[i] * dilation[i], kpos[i] * dilation[i] + stride[i] * (out_sp[i] - 1) + 1,
-                             stride[i]) for i in range(nd))
+            first = [kpos[i] * dilation[i] for i in range(nd)]
+            sl = tuple(slice(first[i], first[i] + stride[i] * (out_sp[i] - 1) + 1, stride[i])
+                       for i in range(nd))
             patch = xg[(slice(None), slice(None), *sl)]
             out[:, g * og:(g + 1) * og] += np.einsum("nc...,oc->no...", patch, wg[(..., *kpos)])
     return out
@@ -635,10 +644,11 @@ def np_conv(x: np.ndarray, w: np.ndarray, stride: Sequence[int], padding: Sequen
 
 def np_conv_transpose2d(x: np.ndarray, w: np.ndarray, stride: int, padding: int,
                         output_padding: int = 0) -> np.ndarray:
-    """Scatter definition: out[n, o, i*s + ky - p, j*s + kx - p] += x[n, c, i, j] * w[c, o, ky, kx]."""
+    """Scatter form: out[n, o, i*s + ky - p, j*s + kx - p] += x[n, c, i, j] * w[c, o, ky, kx]."""
     n, c, h, wd = x.shape
     _, o, kh, kw = w.shape
-    full = np.zeros((n, o, (h - 1) * stride + kh + output_padding, (wd - 1) * stride + kw + output_padding))
+    full = np.zeros((n, o, (h - 1) * stride + kh + output_padding,
+                     (wd - 1) * stride + kw + output_padding))
     for i, j in itertools.product(range(h), range(wd)):
         full[:, :, i * stride:i * stride + kh, j * stride:j * stride + kw] += np.einsum(
             "nc,cokl->nokl", x[:, :, i, j], w)

@@ -27,7 +27,8 @@ def _axes(t: Tensor, axis: int | Sequence[int] | None, what: str) -> list[int]:
     raw = list(range(nd)) if axis is None else [axis] if isinstance(axis, int) else list(axis)
     for a in raw:
         if not -nd <= a < nd:
-            raise TensorError(f"{what}: axis {a} is out of range for tensor {t.name!r} with {nd} dims")
+            raise TensorError(f"{what}: axis {a} is out of range for tensor {t.name!r} "
+                              f"with {nd} dims")
     out = sorted({a % nd for a in raw})
     if len(out) != len(raw):
         raise TensorError(f"{what}: repeated axis in {axis!r} for tensor {t.name!r}")
@@ -35,8 +36,9 @@ def _axes(t: Tensor, axis: int | Sequence[int] | None, what: str) -> list[int]:
 
 
 def reduce_map(data: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False,
-               what: str = "reduce") -> tuple[tuple[Any, ...], Callable[[Sequence[Any]], tuple[Any, ...]],
-                                              list[te.IterVar]]:
+               what: str = "reduce"
+               ) -> tuple[tuple[Any, ...], Callable[[Sequence[Any]], tuple[Any, ...]],
+                          list[te.IterVar]]:
     """(output shape, output index -> input index using the reduce axes, the reduce axes)."""
     axes = _axes(data, axis, what)
     shape = _dims(data)
@@ -86,8 +88,8 @@ def _bcast_index(t: Tensor, out_shape: Sequence[Any], idx: Sequence[Any]) -> tup
 def broadcast_binary(a: Tensor, b: Tensor, f: Callable[[Any, Any], Any], name: str) -> Tensor:
     """`f(a, b)` elementwise with NumPy broadcasting."""
     shape = broadcast_shape(a, b, name)
-    return te.compute(shape, lambda *i: f(a[_bcast_index(a, shape, i)], b[_bcast_index(b, shape, i)]),
-                      name=name)
+    return te.compute(shape, lambda *i: f(a[_bcast_index(a, shape, i)],
+                                          b[_bcast_index(b, shape, i)]), name=name)
 
 
 def _need_dtype(ts: Sequence[Tensor], ok: Callable[[str], bool], kind: str, what: str) -> None:
@@ -221,8 +223,9 @@ def logsumexp(data: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
     axes = _axes(data, axis, "logsumexp")
     m = max(data, axes, keepdims=True)
     shape, to_input, raxes = reduce_map(data, axes, keepdims, "logsumexp")
-    s = te.compute(shape, lambda *i: te.sum(te.exp(data[to_input(i)] - m[_keep_index(to_input(i), axes)]),
-                                            axis=raxes), name="T_sumexp")
+    s = te.compute(shape, lambda *i: te.sum(
+        te.exp(data[to_input(i)] - m[_keep_index(to_input(i), axes)]), axis=raxes),
+        name="T_sumexp")
 
     def body(*i: Any) -> Any:
         it = iter(i)  # without keepdims the output index holds only the kept dims
@@ -348,7 +351,8 @@ def _reg_float(name: str, shape: Sequence[int], fn: Callable[[Tensor], Tensor],
 def _left_shift(dtype: str) -> Sample:
     rng = rng_for("left_shift")
     a, b = _ph([("a", (3, 4), "int32"), ("b", (4,), "int32")])
-    arrays = (rng.integers(-50, 50, (3, 4)).astype("int32"), rng.integers(0, 6, (4,)).astype("int32"))
+    arrays = (rng.integers(-50, 50, (3, 4)).astype("int32"),
+              rng.integers(0, 6, (4,)).astype("int32"))
     return Sample((a, b), (left_shift(a, b),), arrays, (False, False))
 
 
@@ -375,12 +379,14 @@ def _reg_compare(name: str, fn: Callable[[Tensor, Tensor], Tensor],
 
 
 for _n, _f, _r in [("equal", equal, np.equal), ("not_equal", not_equal, np.not_equal),
-                   ("greater", greater, np.greater), ("greater_equal", greater_equal, np.greater_equal),
+                   ("greater", greater, np.greater),
+                   ("greater_equal", greater_equal, np.greater_equal),
                    ("less", less, np.less), ("less_equal", less_equal, np.less_equal)]:
     _reg_compare(_n, _f, _r)
 
 
-def _reg_logic(name: str, fn: Callable[..., Tensor], ref: Callable[..., np.ndarray], nin: int) -> None:
+def _reg_logic(name: str, fn: Callable[..., Tensor], ref: Callable[..., np.ndarray],
+               nin: int) -> None:
     @register(name, "L4", lambda *a: [ref(*a)], notes="bool inputs and output; no gradient")
     def sample(dtype: str) -> Sample:
         rng = rng_for(name)
@@ -458,7 +464,8 @@ _reg_float("logsumexp", (3, 5, 4), lambda x: logsumexp(x, 1), _np_logsumexp,
                  "gradient cancels exactly, so ties do not matter", gen=_big_rows)
 _reg_float("cumsum", (3, 6), lambda x: cumsum(x, 1), lambda x: np.cumsum(x, axis=1),
            notes="axis 1, inclusive, as a sum with where= k <= i")
-_reg_float("strided_slice", (6, 7, 4), lambda x: strided_slice(x, [0, 1, None], [6, 7, None], [2, 3, -1]),
+_reg_float("strided_slice", (6, 7, 4),
+           lambda x: strided_slice(x, [0, 1, None], [6, 7, None], [2, 3, -1]),
            lambda x: x[0:6:2, 1:7:3, ::-1], notes="x[0:6:2, 1:7:3, ::-1]")
 _reg_float("broadcast_to", (3, 1, 4), lambda x: broadcast_to(x, (2, 3, 5, 4)),
            lambda x: np.broadcast_to(x, (2, 3, 5, 4)), notes="(3, 1, 4) -> (2, 3, 5, 4)")

@@ -93,7 +93,7 @@ def resize2d(data: Tensor, size: int | Sequence[int], method: str = "bilinear",
 def multibox_prior(data: Tensor, sizes: Sequence[float] = (1.0,), ratios: Sequence[float] = (1.0,),
                    steps: Sequence[float] = (-1.0, -1.0), offsets: Sequence[float] = (0.5, 0.5),
                    clip: bool = False) -> Tensor:
-    """SSD prior boxes (TOPI `vision.ssd.multibox_prior`): (1, H * W * A, 4), A = sizes + ratios - 1.
+    """SSD prior boxes (TOPI `multibox_prior`): (1, H * W * A, 4), A = sizes + ratios - 1.
 
     Only the shape of `data` matters.  Anchor k of cell (i, j) has center
     ((j + off_w) step_w, (i + off_h) step_h) and half-sizes from sizes[k] (k < len(sizes))
@@ -104,7 +104,8 @@ def multibox_prior(data: Tensor, sizes: Sequence[float] = (1.0,), ratios: Sequen
     na = ns + nr - 1
     step_h = steps[0] if steps[0] > 0 else 1.0 / h
     step_w = steps[1] if steps[1] > 0 else 1.0 / w
-    half_w = [s * h / w / 2.0 for s in sizes] + [sizes[0] * h / w * np.sqrt(r) / 2.0 for r in ratios[1:]]
+    half_w = [s * h / w / 2.0 for s in sizes]
+    half_w += [sizes[0] * h / w * np.sqrt(r) / 2.0 for r in ratios[1:]]
     half_h = [s / 2.0 for s in sizes] + [sizes[0] / np.sqrt(r) / 2.0 for r in ratios[1:]]
     dtype = data.dtype
 
@@ -140,7 +141,8 @@ def multibox_transform_loc(cls_prob: Tensor, loc_pred: Tensor, anchor: Tensor, c
     if _static(loc_pred, "multibox_transform_loc") != (bsz, nanc * 4) or \
             _static(anchor, "multibox_transform_loc") != (1, nanc, 4):
         raise TensorError(f"multibox_transform_loc: with cls_prob {cls_prob.name!r} of shape "
-                          f"{(bsz, ncls, nanc)}, loc_pred {loc_pred.name!r} must be {(bsz, nanc * 4)} "
+                          f"{(bsz, ncls, nanc)}, loc_pred {loc_pred.name!r} must be "
+                          f"{(bsz, nanc * 4)} "
                           f"and anchor {anchor.name!r} must be {(1, nanc, 4)}")
     dtype = loc_pred.dtype
     k = te.reduce_axis((0, ncls - 1), name="k")
@@ -198,13 +200,15 @@ def roi_align(data: Tensor, rois: Tensor, pooled_size: int | Sequence[int], spat
         y = te.min(te.max(y, zero), te.const(h - 1.0, dt))
         x = te.min(te.max(x, zero), te.const(w - 1.0, dt))
         y0, x0 = te.floor(y).astype("int32"), te.floor(x).astype("int32")
-        y1, x1 = te.min(te.ceil(y).astype("int32"), h - 1), te.min(te.ceil(x).astype("int32"), w - 1)
+        y1 = te.min(te.ceil(y).astype("int32"), h - 1)
+        x1 = te.min(te.ceil(x).astype("int32"), w - 1)
         ly, lx = y - y0.astype(dt), x - x0.astype(dt)
         top = data[n, f, y0, x0] * (one - lx) + data[n, f, y0, x1] * lx
         bottom = data[n, f, y1, x0] * (one - lx) + data[n, f, y1, x1] * lx
         return te.if_then_else(outside, zero, top * (one - ly) + bottom * ly)
 
-    ry, rx = te.reduce_axis((0, sample_ratio), name="ry"), te.reduce_axis((0, sample_ratio), name="rx")
+    ry = te.reduce_axis((0, sample_ratio), name="ry")
+    rx = te.reduce_axis((0, sample_ratio), name="rx")
 
     def body(i: Any, f: Any, py: Any, px: Any) -> Any:
         b = rois[i, 0].astype("int32")
@@ -249,13 +253,15 @@ def np_resize_bilinear(x: np.ndarray, oh: int, ow: int, align_corners: bool = Fa
     return top * (1 - fy[:, None]) + bot * fy[:, None]
 
 
-def _np_multibox_prior(x: np.ndarray, sizes: Sequence[float], ratios: Sequence[float]) -> np.ndarray:
+def _np_multibox_prior(x: np.ndarray, sizes: Sequence[float],
+                       ratios: Sequence[float]) -> np.ndarray:
     h, w = x.shape[2:]
     rows = []
     for i, j in itertools.product(range(h), range(w)):
         cy, cx = (i + 0.5) / h, (j + 0.5) / w
         shapes = [(s * h / w / 2, s / 2) for s in sizes]
-        shapes += [(sizes[0] * h / w * np.sqrt(r) / 2, sizes[0] / np.sqrt(r) / 2) for r in ratios[1:]]
+        shapes += [(sizes[0] * h / w * np.sqrt(r) / 2, sizes[0] / np.sqrt(r) / 2)
+                   for r in ratios[1:]]
         rows += [[cx - hw, cy - hh, cx + hw, cy + hh] for hw, hh in shapes]
     return np.array(rows, dtype=x.dtype)[None]
 

@@ -18,6 +18,7 @@ def call_te_with_auto_grad(bb: Any, fte: Callable[..., Any], *args: Any,
     tuple).  The gradient is derived by `texpr_ad.deriv` when
     `relax.transform.Gradient` needs it; `attrs` travel as `te_grad_kwargs`,
     so they must be values TVM can hold (numbers, bools, strings, tuples).
+    `te_grad_name` overrides the registered name (default: from `fte.__qualname__`).
     Returns the `call_tir_with_grad` Call; emit it with `bb.emit`.
 
     Example::
@@ -30,6 +31,10 @@ def call_te_with_auto_grad(bb: Any, fte: Callable[..., Any], *args: Any,
         y = bb.emit(call_te_with_auto_grad(bb, dense, x, w))
     """
     name = register(fte, te_grad_name)
+    for key, value in attrs.items():
+        if not _attr_ok(value):
+            raise BridgeError(f"operator {name!r}: attribute {key}={value!r} cannot travel as a Relax "
+                              "te_grad_kwargs value; use numbers, bools, strings or tuples of them")
     phs, var_map = placeholders(args, name)
     outs, multi = as_outputs(fte(*phs, **attrs), name)
 
@@ -43,6 +48,13 @@ def call_te_with_auto_grad(bb: Any, fte: Callable[..., Any], *args: Any,
     forward.__name__ = name
     return bb.call_te_with_grad(forward, *args, te_grad_name=name, te_grad_kwargs=dict(attrs),
                                 primfunc_name_hint=primfunc_name_hint or name)
+
+
+def _attr_ok(v: Any) -> bool:
+    import tvm
+    if isinstance(v, (bool, int, float, str, tvm.runtime.Object)):
+        return True
+    return isinstance(v, (tuple, list)) and all(_attr_ok(x) for x in v)
 
 
 def prepare_for_build(mod: Any) -> Any:

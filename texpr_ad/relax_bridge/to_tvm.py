@@ -34,7 +34,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..te import dtype as dt
 from ..te.dag import topo_order
 from ..te.expr import Call, CommReducer, Const, Expr, IterVar, Read, Reduce, Var
 from ..te.ops import Op
@@ -342,18 +341,14 @@ def symbolic_vars(tensors: Sequence[Tensor]) -> list[Var]:
                 exprs += [*t.op.index, t.op.value, t.op.condition,
                           *(x for a in t.op.axis for x in (a.lo, a.extent))]
         for e in exprs:
-            for x in walk(e):
-                if isinstance(x, Var) and not isinstance(x, IterVar) and x not in _reducer_vars(e):
+            for x in walk(e):  # reducer lhs/rhs vars are not children, so never seen here
+                if isinstance(x, Var):
                     out[x] = None
                 if isinstance(x, Reduce):
                     for a in x.axis:
                         out.update((v, None) for v in (*walk(a.lo), *walk(a.extent))
-                                   if isinstance(v, Var) and not isinstance(v, IterVar))
+                                   if isinstance(v, Var))
     return list(out)
-
-
-def _reducer_vars(e: Expr) -> set[Var]:
-    return {v for x in walk(e) if isinstance(x, Reduce) for v in (*x.combiner.lhs, *x.combiner.rhs)}
 
 
 def translate(outputs: Sequence[Tensor], bind: Mapping[Tensor, Any] | None = None,

@@ -83,6 +83,18 @@ def _reduce_str(r: Reduce) -> str:
     return s if len(r.source) == 1 else f"{s}[{r.value_index}]"
 
 
+def _upper(a: IterVar) -> Expr:
+    """The exclusive upper bound lo + extent, read back from `max(hi - lo, 0)` when possible."""
+    from .affine import from_affine, to_affine
+    if isinstance(a.lo, Const) and a.lo.value == 0:
+        return a.extent
+    ext = a.extent
+    if isinstance(ext, Call) and ext.op is Op.MAX and isinstance(ext.args[1], Const) and ext.args[1].value == 0:
+        ext = ext.args[0]
+    f = to_affine(Call(Op.ADD, (ext, a.lo), ext.dtype))
+    return a.lo + a.extent if f is None else from_affine(f[0], f[1], ext.dtype)
+
+
 def _shape(shape: tuple[Expr, ...]) -> str:
     inner = ", ".join(expr_str(s) for s in shape)
     return f"({inner},)" if len(shape) == 1 else f"({inner})"
@@ -104,7 +116,7 @@ def stage_str(t: object) -> str:
                 if isinstance(x, Reduce):
                     raxes.update(dict.fromkeys(x.axis))
         for a in raxes:
-            hi = a.extent if isinstance(a.lo, Const) and a.lo.value == 0 else a.lo + a.extent
+            hi = _upper(a)
             lines.append(f'{a.name} = reduce_axis(({expr_str(a.lo)}, {expr_str(hi)}), name="{a.name}")')
         params = " " + ", ".join(a.name for a in op.axis) if op.axis else ""
         body = expr_str(op.body[0]) if len(op.body) == 1 else f"[{', '.join(map(expr_str, op.body))}]"

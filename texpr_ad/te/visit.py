@@ -50,10 +50,30 @@ def transform(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
 
 
 def substitute(e: Expr, mapping: dict[Expr, Expr]) -> Expr:
-    """Replace variables (Var / IterVar leaves) by expressions."""
+    """Replace variables (Var / IterVar leaves) by expressions, inside reduce-axis bounds too."""
     if not mapping:
         return e
-    return transform(e, lambda x: mapping.get(x) if isinstance(x, (Var, IterVar)) else None)
+
+    def fn(x: Expr) -> Expr | None:
+        if isinstance(x, (Var, IterVar)):
+            return mapping.get(x)
+        if isinstance(x, Reduce):
+            return _rebind_axes(x, mapping)
+        return None
+
+    return transform(e, fn)
+
+
+def _rebind_axes(red: Reduce, mapping: dict[Expr, Expr]) -> Reduce | None:
+    """New reduce axes when `mapping` changes their bounds (the body already has `mapping` applied)."""
+    axes = tuple(IterVar(a.name, substitute(a.lo, mapping), substitute(a.extent, mapping), a.kind)
+                 for a in red.axis)
+    if all(n.lo is a.lo and n.extent is a.extent for n, a in zip(axes, red.axis, strict=True)):
+        return None
+    amap: dict[Expr, Expr] = dict(zip(red.axis, axes, strict=True))
+    return Reduce(red.combiner, tuple(substitute(s, amap) for s in red.source), axes,
+                  substitute(red.condition, amap), red.value_index, red.dtype,
+                  tuple(substitute(i, amap) for i in red.init))
 
 
 def walk(e: Expr) -> Iterator[Expr]:
