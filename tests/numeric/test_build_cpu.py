@@ -6,6 +6,8 @@ kernel as separate outputs.
 """
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 
@@ -355,6 +357,22 @@ def test_override_serial_and_order():
         build([Y], [A], plan_overrides={"Y": {"order": ["a", "c"]}})
 
 
+# -- outputs that are inputs or listed twice, empty and zero-dim arrays ---------------------------
+
+def test_identity_duplicate_and_empty_outputs():
+    n = te.var("n")
+    A = te.placeholder((n, 4), "float32", name="A")
+    s = te.placeholder((), "float64", name="s")
+    Y = te.compute((n, 4), lambda i, j: A[i, j] + s[()].astype("float32"), name="Y")
+    kern = build([A, Y, Y, s], [A, s])
+    for rows in (0, 5):
+        a = rng(rows).standard_normal((rows, 4)).astype(np.float32)
+        a_out, y1, y2, s_out = check(kern, [A, Y, Y, s], {A: a, s: np.array(2.0)})
+        assert a_out is not a and s_out.shape == ()
+        y1[...] = 7  # outputs never alias each other
+        np.testing.assert_allclose(y2, a + 2)
+
+
 # -- on-disk cache ------------------------------------------------------------------------------
 
 def test_disk_cache_warm_start(tmp_path, monkeypatch):
@@ -368,6 +386,7 @@ def test_disk_cache_warm_start(tmp_path, monkeypatch):
     files = sorted(p.name for p in tmp_path.rglob("*"))
     assert any(f.endswith(".py") and f.startswith("texpr_") for f in files)
     assert any(f.endswith(".nbi") for f in files), files
+    assert "def texpr_kernel(A):" in inspect.getsource(k1._fn.py_func)  # tracebacks show it
     cache._MODULES.clear()  # forget the in-process module
     k2 = build([Y], [A])
     assert k2.source == k1.source

@@ -19,7 +19,7 @@ from .. import te
 from ..te import dtype as dt
 from ..te.expr import Const, Expr, IterVar, Reduce, const
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
-from ..te.visit import reads, substitute
+from ..te.visit import reads, substitute, transform
 from .collect import collect
 from .errors import GradientError, NotDifferentiableError
 from .simplify import simplify
@@ -146,7 +146,9 @@ def _stage_terms(op: ComputeOp | ScatterOp, outs: dict[int, Tensor], heads: dict
             continue
         head = heads[k][prefix + data]
         if not isinstance(body, Reduce):
-            terms += [(c.read.tensor, Term(c.read.indices, data, head * c.coeff, c.guards))
+            y = outs[k][data]  # partials that mention the whole body read the forward output instead
+            reuse = lambda x, b=body, y=y: y if x.same_as(b) else None  # noqa: E731
+            terms += [(c.read.tensor, Term(c.read.indices, data, head * transform(c.coeff, reuse), c.guards))
                       for c in collect(body, wanted, where)]
             continue
         kind = body.combiner.kind

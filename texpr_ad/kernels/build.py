@@ -78,9 +78,20 @@ class Kernel:
 
     def __call__(self, *arrays: Any) -> tuple[np.ndarray, ...]:
         args, params = self._prepare(arrays)
-        res = self._fn(*args, *params)
-        return tuple(r.reshape(()) if t.ndim == 0 else r
-                     for r, t in zip(res, self.plan.outputs, strict=True))
+        try:
+            res = self._fn(*args, *params)
+        except Exception as e:
+            if type(e).__module__.startswith("numba"):  # a bug of ours, not the user's: say where
+                raise RuntimeError(
+                    f"internal error: the generated kernel failed to compile ({type(e).__name__}); "
+                    f"its source is {self._fn.py_func.__code__.co_filename} (kernel.source); "
+                    f"please report it with print(kernel.plan)") from e
+            raise
+        out: list[np.ndarray] = []
+        for r, t in zip(res, self.plan.outputs, strict=True):
+            r = r.reshape(()) if t.ndim == 0 else r
+            out.append(r.copy() if any(np.may_share_memory(r, x) for x in out) else r)  # listed twice
+        return tuple(out)
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{t.name}{shape_str(t.shape)}:{t.dtype}" for t in self.inputs)

@@ -25,7 +25,7 @@ class CPURenderer(Renderer):
     kernel_decorator_parallel = ("@njit(parallel={'fusion': False}, error_model='numpy', "
                                  "cache=True)")
     kernel_decorator_serial = "@njit(error_model='numpy', cache=True)"
-    parallel_loop = "for {var} in prange({extent}):"
+    parallel_loop = ("for {var} in prange({extent}):",)
     scatter_add = "{target} += {value}"
 
 

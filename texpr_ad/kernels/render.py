@@ -154,7 +154,9 @@ class Renderer:
     helper_decorator = ""
     kernel_decorator_parallel = ""
     kernel_decorator_serial = ""
-    parallel_loop = "for {var} in range({extent}):"
+    # the parallel outer loop, as lines; the last one opens the block (a CUDA backend would use
+    # ("{var} = cuda.grid(1)", "if {var} < {extent}:"): one thread per point, with a guard)
+    parallel_loop: tuple[str, ...] = ("for {var} in range({extent}):",)
     scatter_add = "{target} += {value}"
     rules: dict[Op, Rule] = EXPR_RULES
 
@@ -278,17 +280,21 @@ class _Render:
                 rng = top(ext) if _is_zero(a.lo) else f"{top(lo)}, {lo} + {ext}"
         self.emit(depth, f"for {self.axis(a)} in range({rng}):")
 
+    def parallel_head(self, depth: int, var: str, extent: str) -> None:
+        for line in self.r.parallel_loop:
+            self.emit(depth, line.format(var=var, extent=extent))
+
     def parallel_nest(self, depth: int, axes: Sequence[IterVar], stage: str) -> int:
         """Emit the parallel loop over the flattened `axes`; returns the new depth."""
         exts = [self.expr(a.extent, {}) for a in axes]
         if len(axes) == 1:
             var = self.axis(axes[0]) if _is_zero(axes[0].lo) else self.names.fresh(f"{stage}_p")
-            self.emit(depth, self.r.parallel_loop.format(var=var, extent=top(exts[0])))
+            self.parallel_head(depth, var, top(exts[0]))
             if not _is_zero(axes[0].lo):
                 self.emit(depth + 1, f"{self.axis(axes[0])} = {self.expr(axes[0].lo, {})} + {var}")
             return depth + 1
         f = self.names.fresh(f"{stage}_f")
-        self.emit(depth, self.r.parallel_loop.format(var=f, extent=" * ".join(exts)))
+        self.parallel_head(depth, f, " * ".join(exts))
         for m, a in enumerate(axes):
             inner = exts[m + 1:]
             s = f if not inner else f"{f} // " + (inner[0] if len(inner) == 1 else f"({' * '.join(inner)})")

@@ -717,7 +717,8 @@ for _sub, _name, _specs in [
         ("ij,jk->ik", "einsum_ij_jk", [("A", (4, 5)), ("B", (5, 3))]),
         ("bij,bjk->bik", "einsum_bij_bjk", [("A", (2, 3, 4)), ("B", (2, 4, 5))]),
         ("i,i->", "einsum_i_i", [("A", (6,)), ("B", (6,))]),
-        ("ij,ji->ij", "einsum_ij_ji", [("A", (3, 4)), ("B", (4, 3))])]:
+        ("ij->ji", "einsum_ij_ji", [("A", (3, 4))]),
+        ("ij,ji->ij", "einsum_ij_ji_ij", [("A", (3, 4)), ("B", (4, 3))])]:
     _reg(_name, _specs, (lambda s: lambda *t: einsum(s, *t))(_sub),
          (lambda s: lambda *a: [np.asarray(np.einsum(s, *a))])(_sub),
          notes=f"einsum {_sub!r}" + (" (zero-dim output)" if _sub.endswith("->") else ""))

@@ -59,6 +59,10 @@ def plan_kernel(outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str
     outputs, inputs = tuple(outputs), tuple(inputs)
     _check_io(outputs, inputs)
     ops, names = _stages(outputs)
+    for op in ops:
+        if any(x.dtype == "float16" for e in _exprs(op) for x in walk(e)):
+            raise ScheduleError(f"stage {names[id(op)]!r} computes in float16, which the Numba "
+                                f"CPU backend does not support; use float32")
     overrides = dict(overrides or {})
     _check_overrides(overrides, ops, names)
     uses = _uses(ops)
@@ -75,7 +79,7 @@ def plan_kernel(outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str
                                 f"remove the 'inline' override")
         if want:
             inlined[id(op)] = uses[id(op)][0]
-    expand = _Expander({k for k in inlined}, names)
+    expand = _Expander(set(inlined), names)
     stages: list[Stage] = []
     tensors_of = _tensors_of(outputs)
     for op in ops:
@@ -89,7 +93,7 @@ def plan_kernel(outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str
         stages.append(st)
     inl = tuple(Inline(names[k], names[id(u.reader)], "read once, outside any reduction, at "
                        f"the reader's own data axes ({expr_str(u.read)})")
-                for k, u in ((id(op), inlined[id(op)]) for op in ops if id(op) in inlined))
+                for k, u in inlined.items())
     return Plan(target, inputs, outputs, _params(inputs, outputs, ops), tuple(stages), inl)
 
 
