@@ -147,3 +147,28 @@ def test_errors_name_the_tensor_and_fix():
     B = te.placeholder((2,), "float64", name="B")
     dA, dB = ta.grad(Y, [A, B], head=te.placeholder((3,), "float64", name="h"))
     assert isinstance(dB.op, ComputeOp) and dB.op.attrs.get("zero")
+
+
+def test_custom_reducers_that_are_builtin_kinds_differentiate():
+    X = te.placeholder((3, 5), "float64", name="X")
+
+    def fcombine(x, y):
+        return te.select(x[1] >= y[1], x[0], y[0]), te.select(x[1] >= y[1], x[1], y[1])
+
+    argmax = te.comm_reducer(fcombine, lambda t0, t1: (te.const(-1, t0), te.min_value(t1)), name="argmax")
+    mysum = te.comm_reducer(lambda x, y: x + y, lambda t: te.const(0, t), name="mysum")
+    r = te.reduce_axis((0, 5), "r")
+    idx, val = te.compute((3,), lambda i: argmax((r, X[i, r]), axis=r), name="am")
+    S = te.compute((3,), lambda i: mysum(X[i, r] * X[i, r], axis=r), name="S")
+    h = te.placeholder((3,), "float64", name="h")
+    x = np.random.default_rng(2).standard_normal((3, 5))
+    (dval,) = ta.grad(val, [X], head=h)
+    want = np.zeros((3, 5))
+    want[np.arange(3), x.argmax(1)] = 1.0
+    np.testing.assert_allclose(te.evaluate([dval], {X: x, h: np.ones(3)})[0], want)
+    (dS,) = ta.grad(S, [X], head=h)
+    np.testing.assert_allclose(te.evaluate([dS], {X: x, h: np.ones(3)})[0], 2 * x)
+    lse = te.comm_reducer(lambda x, y: te.log(te.exp(x) + te.exp(y)), lambda t: te.min_value(t), name="lse")
+    L = te.compute((3,), lambda i: lse(X[i, r], axis=r), name="L")
+    with pytest.raises(ta.NotDifferentiableError, match="'lse'"):
+        ta.grad(L, [X], head=h)

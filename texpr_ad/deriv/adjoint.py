@@ -22,6 +22,7 @@ from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
 from ..te.visit import reads, substitute, transform
 from .collect import collect
 from .errors import GradientError, NotDifferentiableError
+from .reducers import as_builtin
 from .simplify import simplify
 try:
     from .solver import invert
@@ -49,8 +50,8 @@ def _all(conds: Sequence[Expr]) -> Expr:
 
 # -- per-stage rules ----------------------------------------------------------------------
 
-def _sum_terms(body: Reduce, data: tuple[IterVar, ...], head: Expr, wanted: Callable[[Tensor], bool],
-               where: str) -> list[tuple[Tensor, Term]]:
+def _sum_terms(body: Reduce, Y: Tensor, data: tuple[IterVar, ...], head: Expr,
+               wanted: Callable[[Tensor], bool], where: str) -> list[tuple[Tensor, Term]]:
     """sum: d Y[i] / d src(i, r) = 1 where the condition holds."""
     unknowns = data + body.axis
     out = [(c.read.tensor, Term(c.read.indices, unknowns, head * c.coeff, c.guards + (body.condition,)))
@@ -131,6 +132,19 @@ def _prod_terms(body: Reduce, Y: Tensor, data: tuple[IterVar, ...], head: Expr,
             for c in collect(body.source[0], wanted, where)]
 
 
+# reduction kind -> its adjoint terms, each `(body, Y, data, head, wanted, where) -> [(X, Term)]`
+REDUCTION_RULES = {"sum": _sum_terms, "max": _extreme_terms, "min": _extreme_terms, "prod": _prod_terms}
+
+
+def _builtin_or_raise(body: Reduce, where: str) -> Reduce:
+    b = as_builtin(body)
+    if b is None:
+        raise NotDifferentiableError(
+            f"{where}: custom reducer {body.combiner.name or 'reducer'!r} has a float output that is "
+            "not a sum/prod/max/min of its component; only those reductions are differentiable")
+    return b
+
+
 def _stage_terms(op: ComputeOp | ScatterOp, outs: dict[int, Tensor], heads: dict[int, Tensor],
                  prefix: tuple[IterVar, ...], wanted: Callable[[Tensor], bool]
                  ) -> list[tuple[Tensor, Term]]:
@@ -151,18 +165,8 @@ def _stage_terms(op: ComputeOp | ScatterOp, outs: dict[int, Tensor], heads: dict
             terms += [(c.read.tensor, Term(c.read.indices, data, head * transform(c.coeff, reuse), c.guards))
                       for c in collect(body, wanted, where)]
             continue
-        kind = body.combiner.kind
-        if kind == "sum":
-            terms += _sum_terms(body, data, head, wanted, where)
-        elif kind in ("max", "min"):
-            terms += _extreme_terms(body, outs[k], data, head, wanted, where)
-        elif kind == "prod":
-            terms += _prod_terms(body, outs[k], data, head, wanted, where)
-        else:
-            raise NotDifferentiableError(
-                f"{where}: custom reducer {body.combiner.name or 'reducer'!r} has a float output; "
-                "only sum/prod/max/min reductions are differentiable (argmax-style index outputs "
-                "are not differentiable)")
+        body = _builtin_or_raise(body, where)
+        terms += REDUCTION_RULES[body.combiner.kind](body, outs[k], data, head, wanted, where)
     return terms
 
 

@@ -13,7 +13,7 @@ from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, const
 from ..te.ops import Op
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
 from ..te.visit import substitute
-from .adjoint import prod_partial, tie_count, zeros_like
+from .adjoint import _builtin_or_raise, prod_partial, tie_count, zeros_like
 from .errors import GradientError, NotDifferentiableError
 from .rules import PARTIALS
 
@@ -66,11 +66,10 @@ def _stage_tangents(op: ComputeOp | ScatterOp, outs: dict[int, Tensor], tan: dic
         if not isinstance(body, Reduce):
             t = _tangent(body, tan, where)
         else:
+            body = _builtin_or_raise(body, where)
             src = body.source[0]
             ts = _tangent(src, tan, where)
             kind = body.combiner.kind
-            if kind == "custom":
-                raise NotDifferentiableError(f"{where}: custom reducer with a float output")
             if ts is None:
                 t = None
             elif kind == "sum":
