@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .. import te
+from .._env import debug_level
 from ..te import dtype as dt
 from ..te.expr import Const, Expr, IterVar, Reduce, const
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
@@ -356,4 +357,7 @@ def grad(output: Tensor | Sequence[Tensor], inputs: Sequence[Tensor],
             result.append(given[x])
         else:
             result.append(zeros_like(x, prefix_shape))
+    if debug_level() >= 1:
+        for x, g in zip(inputs, result, strict=True):
+            print(f"# adjoint of {x.name}:\n{g}" if g is not None else f"# {x.name}: no gradient")
     return result

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .._env import debug_level
 from ..schedule.plan import Plan
 from ..schedule.planner import plan_kernel
 from ..te.expr import Call, Const, Expr, Var
@@ -61,7 +62,7 @@ class Kernel:
     def __init__(self, plan: Plan, renderer: Renderer | None = None) -> None:
         self.plan = plan
         self.source = (renderer or CPURenderer()).render(plan)
-        level = int(os.environ.get("TEXPR_DEBUG", "0") or 0)
+        level = debug_level()
         if level >= 2:
             print(plan)
         if level >= 3:
