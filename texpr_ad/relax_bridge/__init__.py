@@ -8,8 +8,9 @@ Optional: imports `tvm` lazily; nothing else in texpr_ad imports this package.
     ex = tvm.compile(prepare_for_build(mod), target="llvm")
 """
 from .api import call_te_with_auto_grad, prepare_for_build
+from .check import check_op
 from .grad import BridgeError, register
 from .to_tvm import TranslationError, build, prim_func, translate
 
-__all__ = ["BridgeError", "TranslationError", "build", "call_te_with_auto_grad",
+__all__ = ["BridgeError", "TranslationError", "build", "call_te_with_auto_grad", "check_op",
            "prepare_for_build", "prim_func", "register", "translate"]

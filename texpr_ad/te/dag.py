@@ -1,4 +1,4 @@
-"""Tensor-DAG utilities: topological order and consumers."""
+"""Tensor-DAG utilities: topological order, placeholders and input replacement."""
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping

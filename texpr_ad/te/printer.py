@@ -33,6 +33,16 @@ def _prec(e: Expr) -> int:
     return ATOM_PRECEDENCE
 
 
+def _typed(e: Expr, siblings: tuple[Expr, ...]) -> str:
+    """A constant prints bare when a sibling fixes its dtype (or it is int32/float32/bool)."""
+    if isinstance(e, Const) and e.dtype not in ("int32", "float32", "bool") and not any(
+            not isinstance(s, Const) and s.dtype == e.dtype for s in siblings if s is not e):
+        v = e.value
+        return f'const({v!r}, "{e.dtype}")' if not isinstance(v, float) or math.isfinite(v) \
+            else f'const(float("{v}"), "{e.dtype}")'
+    return expr_str(e)
+
+
 def expr_str(e: Expr) -> str:
     match e:
         case Const():
@@ -40,7 +50,7 @@ def expr_str(e: Expr) -> str:
         case Var(name=n) | IterVar(name=n):
             return n
         case Read(tensor=t, indices=idx):
-            return f"{t.name}[{', '.join(expr_str(i) for i in idx)}]"
+            return f"{t.name}[{', '.join(expr_str(i) for i in idx) if idx else '()'}]"
         case Reduce():
             return _reduce_str(e)
         case Call(op=op, args=args):
@@ -48,20 +58,23 @@ def expr_str(e: Expr) -> str:
                 p = PRECEDENCE[op]
                 a, b = args
                 # left-assoc: right operand needs parens at equal precedence (except ** which is right-assoc)
-                sa = _paren(a, p + (1 if op is Op.POW else 0))
-                sb = _paren(b, p + (0 if op is Op.POW else 1))
+                sa = _paren(a, p + (1 if op is Op.POW else 0), args)
+                sb = _paren(b, p + (0 if op is Op.POW else 1), args)
                 return f"{sa} {INFIX[op]} {sb}"
             if op is Op.NEG:
                 return f"-{_paren(args[0], UNARY_PRECEDENCE)}"
             if op is Op.CAST:
+                if isinstance(args[0], Const):
+                    return f'const({args[0].value!r}, "{e.dtype}")'
                 return f'{_paren(args[0], ATOM_PRECEDENCE)}.astype("{e.dtype}")'
             name = _FUNC.get(op, op.name.lower())
-            return f"{name}({', '.join(expr_str(a) for a in args)})"
+            sib = args[1:] if op is Op.SELECT else args
+            return f"{name}({', '.join(_typed(a, sib) for a in args)})"
     return f"<{type(e).__name__}>"
 
 
-def _paren(e: Expr, need: int) -> str:
-    s = expr_str(e)
+def _paren(e: Expr, need: int, siblings: tuple[Expr, ...] = ()) -> str:
+    s = _typed(e, siblings)
     return f"({s})" if _prec(e) < need else s
 
 

@@ -65,7 +65,10 @@ class Reducer:
                  *args: Any) -> Any:
         if axis is not None and not _is_axis_arg(axis) and where is None:
             # elementwise form: te.max(a, b)
-            return self._combine2(as_expr(expr), as_expr(axis))
+            a = expr if isinstance(expr, Expr) else None
+            b = axis if isinstance(axis, Expr) else None
+            ea = as_expr(expr, b.dtype if b is not None else None)
+            return self._combine2(ea, as_expr(axis, ea.dtype))
         if axis is None:
             raise TypeError(f"te.{self.name} needs axis= (a reduce_axis or a list of them), "
                             f"or two expressions for the elementwise form")
