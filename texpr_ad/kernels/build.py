@@ -15,7 +15,6 @@ Environment: `TEXPR_DEBUG>=2` prints each plan, `>=3` also the source;
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Mapping, Sequence
 
 import numpy as np

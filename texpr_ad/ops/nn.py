@@ -184,6 +184,8 @@ def batch_matmul(x: Tensor, y: Tensor, transpose_a: bool = False,
     n, k2 = (y1, y2) if transpose_b else (y2, y1)
     _need(not (isinstance(k, int) and isinstance(k2, int)) or k == k2,
           f"batch_matmul: {x.name!r} gives K={k} but {y.name!r} gives K={k2}")
+    _need(not (isinstance(bx, int) and isinstance(by, int)) or bx == by,
+          f"batch_matmul: batch {bx} of {x.name!r} differs from batch {by} of {y.name!r}")
     rk = te.reduce_axis((0, k), name="k")
     return te.compute((bx, m, n), lambda b, i, j: te.sum(
         (x[b, rk, i] if transpose_a else x[b, i, rk])

@@ -1,15 +1,15 @@
 """Emitting texpr_ad operators into Relax graphs, and preparing modules for `tvm.compile`."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from .grad import BridgeError, as_outputs, placeholders, register
+from .grad import NO_GRAD, BridgeError, as_outputs, placeholders, register
 from .to_tvm import TranslationError, translate
 
 
 def call_te_with_auto_grad(bb: Any, fte: Callable[..., Any], *args: Any,
                            primfunc_name_hint: str | None = None, te_grad_name: str | None = None,
-                           **attrs: Any) -> Any:
+                           no_grad: Sequence[int] = (), **attrs: Any) -> Any:
     """`bb.call_te_with_grad` for a texpr_ad operator, with a derived gradient.
 
     `fte(*placeholders, **attrs)` receives one texpr_ad placeholder per Relax
@@ -19,6 +19,9 @@ def call_te_with_auto_grad(bb: Any, fte: Callable[..., Any], *args: Any,
     `relax.transform.Gradient` needs it; `attrs` travel as `te_grad_kwargs`,
     so they must be values TVM can hold (numbers, bools, strings, tuples).
     `te_grad_name` overrides the registered name (default: from `fte.__qualname__`).
+    `no_grad` lists argument positions declared non-differentiable: they get a
+    zero adjoint and are never differentiated (for float inputs such as masks or
+    anchors that pass through argmax-like reductions; integer inputs always get zeros).
     Returns the `call_tir_with_grad` Call; emit it with `bb.emit`.
 
     Example::
@@ -35,6 +38,12 @@ def call_te_with_auto_grad(bb: Any, fte: Callable[..., Any], *args: Any,
         if not _attr_ok(value):
             raise BridgeError(f"operator {name!r}: attribute {key}={value!r} cannot travel as a Relax "
                               "te_grad_kwargs value; use numbers, bools, strings or tuples of them")
+    bad = [k for k in no_grad if not (isinstance(k, int) and 0 <= k < len(args))]
+    if bad:
+        raise BridgeError(f"operator {name!r}: no_grad={tuple(no_grad)} names argument positions "
+                          f"{bad} outside 0..{len(args) - 1}")
+    if NO_GRAD in attrs:
+        raise BridgeError(f"operator {name!r}: attribute name {NO_GRAD!r} is reserved")
     phs, var_map = placeholders(args, name)
     outs, multi = as_outputs(fte(*phs, **attrs), name)
 
@@ -46,7 +55,10 @@ def call_te_with_auto_grad(bb: Any, fte: Callable[..., Any], *args: Any,
         return res if multi else res[0]
 
     forward.__name__ = name
-    return bb.call_te_with_grad(forward, *args, te_grad_name=name, te_grad_kwargs=dict(attrs),
+    kwargs = dict(attrs)
+    if no_grad:
+        kwargs[NO_GRAD] = tuple(sorted(set(no_grad)))
+    return bb.call_te_with_grad(forward, *args, te_grad_name=name, te_grad_kwargs=kwargs,
                                 primfunc_name_hint=primfunc_name_hint or name)
 
 

@@ -5,7 +5,8 @@
     main(*inputs, *heads) -> (sum_k sum(heads[k] * out[k]), out)
 
 with the operator emitted by `call_te_with_auto_grad` (float64 sample, integer
-and bool inputs as integer/bool Relax params), differentiates it with
+and bool inputs as integer/bool Relax params, inputs the registry marks
+non-differentiable passed as `no_grad`), differentiates it with
 `relax.transform.Gradient(require_grads=<differentiable inputs>, target_index=0)`,
 compiles it for llvm and runs `main_adjoint` on the Relax VM.  It compares
 
@@ -62,7 +63,9 @@ def relax_module(entry: OpEntry, sample: Sample) -> Any:
     bb = relax.BlockBuilder()
     with bb.function("main", params + heads):
         with bb.dataflow():
-            y = bb.emit(call_te_with_auto_grad(bb, sample_operator(sample, entry.name), *params))
+            fte = sample_operator(sample, entry.name)
+            no_grad = [k for k, flag in enumerate(sample.differentiable) if not flag]
+            y = bb.emit(call_te_with_auto_grad(bb, fte, *params, no_grad=no_grad))
             loss = None
             for k, h in zip(fidx, heads, strict=True):
                 yk = bb.emit(relax.TupleGetItem(y, k)) if len(outs) > 1 else y
@@ -139,7 +142,7 @@ def _check(entry: OpEntry, d: Any, directions: int, seed: int) -> Result:
     fidx = [k for k, o in enumerate(outs) if dt.is_float(o.dtype)]
     wrt = [k for k, flag in enumerate(s.differentiable) if flag]
     rng = np.random.default_rng(seed)
-    heads = [rng.standard_normal(_static_shape(outs[k], entry.name)).astype(outs[k].dtype)
+    heads = [np.asarray(rng.standard_normal(_static_shape(outs[k], entry.name)), outs[k].dtype)
              for k in fidx]
 
     t0 = time.perf_counter()

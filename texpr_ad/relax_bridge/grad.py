@@ -31,6 +31,7 @@ from ..te.tensor import Tensor
 from .to_tvm import TranslationError, translate
 
 PREFIX = "tvm.relax.te_grad._register."
+NO_GRAD = "texpr_ad_no_grad"  # reserved te_grad_kwargs key: argument positions with zero adjoints
 
 _OPERATORS: dict[str, Callable[..., Any]] = {}  # te_grad_name -> operator function
 
@@ -136,9 +137,9 @@ def register(fte: Callable[..., Any], name: str | None = None) -> str:
     return cand
 
 
-def derive(fte: Callable[..., Any], op: str, phs: list[Tensor], kwargs: dict[str, Any]
-           ) -> tuple[list[Tensor], list[Tensor], list[Tensor | None]]:
-    """(outputs, heads, adjoints) of `fte` on `phs`; None for integer inputs."""
+def derive(fte: Callable[..., Any], op: str, phs: list[Tensor], kwargs: dict[str, Any],
+           no_grad: Sequence[int] = ()) -> tuple[list[Tensor], list[Tensor], list[Tensor | None]]:
+    """(outputs, heads, adjoints) of `fte` on `phs`; None for integer and `no_grad` inputs."""
     try:
         from ..deriv import grad
     except ImportError as e:  # the differentiator is part of texpr_ad; say what is missing
@@ -148,10 +149,14 @@ def derive(fte: Callable[..., Any], op: str, phs: list[Tensor], kwargs: dict[str
     if not diff:
         raise BridgeError(f"operator {op!r} has no float output; there is nothing to differentiate")
     heads = [te.placeholder(o.shape, o.dtype, name=f"d_{o.name}") for o in diff]
+    wrt = [x for k, x in enumerate(phs) if k not in no_grad]
     try:
-        grads = grad(diff if len(diff) > 1 else diff[0], phs, head=heads if len(diff) > 1 else heads[0])
+        got = grad(diff if len(diff) > 1 else diff[0], wrt, head=heads if len(diff) > 1 else heads[0]
+                   ) if wrt else []
     except Exception as e:
         raise BridgeError(f"operator {op!r}: deriving the gradient failed: {e}") from e
+    by_input = dict(zip(map(id, wrt), got, strict=True))
+    grads = [by_input.get(id(x)) for x in phs]
     out: list[Tensor | None] = []
     for x, g in zip(phs, grads, strict=True):
         if g is None or not dt.is_float(x.dtype):
@@ -173,8 +178,9 @@ def _make_handler(op: str) -> Callable[..., Any]:
         fte = _OPERATORS[op]
         args = list(call.args[1].fields)
         kwargs = {str(k): to_python(v) for k, v in call.attrs.te_grad_kwargs.items()}
+        no_grad = tuple(kwargs.pop(NO_GRAD, ()))
         phs, var_map = placeholders(args, op)
-        outs, heads, grads = derive(fte, op, phs, kwargs)
+        outs, heads, grads = derive(fte, op, phs, kwargs, no_grad)
         multi = isinstance(orig_var.ty, relax.TupleType)
         diff_idx = [k for k, o in enumerate(outs) if dt.is_float(o.dtype)]
 
@@ -220,5 +226,5 @@ def registered(name: str) -> Callable[..., Any] | None:
     return _OPERATORS.get(name)
 
 
-__all__ = ["BridgeError", "PREFIX", "as_outputs", "derive", "placeholders", "register",
+__all__ = ["BridgeError", "NO_GRAD", "PREFIX", "as_outputs", "derive", "placeholders", "register",
            "registered", "to_python"]

@@ -17,7 +17,6 @@ from .dag import topo_order
 from .expr import Call, Const, Expr, IterVar, Read, Reduce, Var
 from .ops import Op
 from .tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
-from .visit import walk
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
@@ -216,11 +215,7 @@ def _axis_env(axes: Sequence[IterVar], start: int, rank: int, cx: _Ctx) -> None:
 
 
 def _compute(op: ComputeOp, cx_values: dict[int, np.ndarray], vars_env: dict[Expr, Any]) -> list[np.ndarray]:
-    raxes: dict[IterVar, None] = {}
-    for b in op.body:
-        for x in walk(b):
-            if isinstance(x, Reduce):
-                raxes.update(dict.fromkeys(x.axis))
+    raxes = op.all_reduce_axes
     d = len(op.axis)
     rank = d + len(raxes)
     cx = _Ctx(cx_values, dict(vars_env), rank)

@@ -122,12 +122,7 @@ def stage_str(t: object) -> str:
         return f'{op.name} = placeholder({_shape(op.shape)}, "{op.dtype}", name="{op.name}")'
     lines = []
     if isinstance(op, ComputeOp):
-        raxes: dict[IterVar, None] = {}
-        from .visit import walk
-        for b in op.body:
-            for x in walk(b):
-                if isinstance(x, Reduce):
-                    raxes.update(dict.fromkeys(x.axis))
+        raxes = op.all_reduce_axes
         for a in raxes:
             hi = _upper(a)
             lines.append(f'{a.name} = reduce_axis(({expr_str(a.lo)}, {expr_str(hi)}), name="{a.name}")')

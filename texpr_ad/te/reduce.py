@@ -65,7 +65,6 @@ class Reducer:
                  *args: Any) -> Any:
         if axis is not None and not _is_axis_arg(axis) and where is None:
             # elementwise form: te.max(a, b)
-            a = expr if isinstance(expr, Expr) else None
             b = axis if isinstance(axis, Expr) else None
             ea = as_expr(expr, b.dtype if b is not None else None)
             return self._combine2(ea, as_expr(axis, ea.dtype))

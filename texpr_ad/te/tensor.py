@@ -48,6 +48,16 @@ class ComputeOp:
         return b.axis if isinstance(b, Reduce) else ()
 
     @property
+    def all_reduce_axes(self) -> tuple[IterVar, ...]:
+        """Every reduce axis bound anywhere in the bodies, in first-use order."""
+        axes: dict[IterVar, None] = {}
+        for b in self.body:
+            for x in walk(b):
+                if isinstance(x, Reduce):
+                    axes.update(dict.fromkeys(x.axis))
+        return tuple(axes)
+
+    @property
     def inputs(self) -> list[Tensor]:
         seen: dict[int, Tensor] = {}
         for b in self.body:

@@ -11,10 +11,9 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .dag import topo_order
-from .expr import Const, Expr, IterVar, Reduce, Var
+from .expr import Const, Expr, IterVar, Var
 from .interp import _axis_env, _Ctx
 from .tensor import ComputeOp, ScatterOp, Tensor
-from .visit import walk
 
 
 def _count(axes: Sequence[IterVar], reduce_axes: Sequence[IterVar], env: dict[Expr, int]) -> int:
@@ -49,12 +48,7 @@ def work(tensors: Sequence[Tensor], var_values: Mapping[Var, int] | None = None)
             continue
         seen.add(id(op))
         if isinstance(op, ComputeOp):
-            raxes: dict[IterVar, None] = {}
-            for b in op.body:
-                for x in walk(b):
-                    if isinstance(x, Reduce):
-                        raxes.update(dict.fromkeys(x.axis))
-            total += _count(op.axis, list(raxes), env)
+            total += _count(op.axis, list(op.all_reduce_axes), env)
         elif isinstance(op, ScatterOp):
             total += _count(op.axis, [], env)
     return total

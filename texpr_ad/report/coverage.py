@@ -1,0 +1,262 @@
+"""Run the coverage matrix: every selected operator x every selected column.
+
+    report = run_coverage(select("conv*"), select_columns("cpu,torch"), jobs=2)
+    report.failures       # gating failures; the CLI exits 1 when there are any
+
+Operators are independent, so `jobs > 1` evaluates them in worker processes
+(spawn-safe: workers receive operator names and column keys, and look the
+entries up in the registry themselves); results come back in registry order.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import datetime
+import multiprocessing
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ..ops.registry import OpEntry, get
+from .checks import Result
+from .columns import COLUMNS_BY_KEY, Column, column_doc, evaluate
+
+SCHEMA = "texpr_ad.coverage/1"
+
+
+@dataclass(frozen=True)
+class Status:
+    symbol: str
+    label: str
+    description: str
+
+
+# The legend, in display order (like the hand-kept status tables of TVM contributors).
+LEGEND: dict[str, Status] = {
+    "ok": Status("✓", "working", "works; the figure is the max relative error or the ratio"),
+    "zero": Status("0", "integer gradient — exact zero",
+                   "integer-valued function (floor, round, sign, ...): the gradient is exactly 0"),
+    "nondiff": Status("–", "not differentiable",
+                      "no float input or no float output by definition (comparisons, argmax, "
+                      "casts to int, constants)"),
+    "nocompute": Status("∅", "no compute form",
+                        "no index-expression form (sequential / data-dependent output size)"),
+    "fail": Status("✗", "failed", "failed; the reason is in the cell's detail"),
+    "na": Status("·", "n/a", "not available: dependency absent, no reference, or not checked"),
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    status: str
+    figure: float | None
+    detail: str
+    text: str                    # compact rendering of the figure ('' when none)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "figure": self.figure, "detail": self.detail,
+                "text": self.text}
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    category: str
+    notes: str
+    cells: dict[str, Cell]
+    seconds: float
+
+
+@dataclass
+class Report:
+    columns: list[Column]
+    rows: list[Row]
+    environment: dict[str, Any]
+    generated: str
+    elapsed_s: float
+    na_reasons: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def failures(self) -> list[tuple[str, str, str]]:
+        """(operator, column, detail) of failed cells in gating columns."""
+        return [(r.name, c.key, r.cells[c.key].detail) for r in self.rows for c in self.columns
+                if c.gating and r.cells[c.key].status == "fail"]
+
+    @property
+    def all_failures(self) -> list[tuple[str, str, str]]:
+        return [(r.name, c.key, r.cells[c.key].detail) for r in self.rows for c in self.columns
+                if r.cells[c.key].status == "fail"]
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """{column: {status: count}} over the rows, every legend status present."""
+        out: dict[str, dict[str, int]] = {}
+        for c in self.columns:
+            n = {s: 0 for s in LEGEND}
+            for r in self.rows:
+                st = r.cells[c.key].status
+                n[st] = n.get(st, 0) + 1
+            out[c.key] = n
+        return out
+
+    def summary_line(self) -> str:
+        parts = []
+        for c in self.columns:
+            n = self.counts()[c.key]
+            shown = ", ".join(f"{v} {LEGEND[s].label if s in LEGEND else s}"
+                              for s, v in n.items() if v)
+            parts.append(f"{c.title}: {shown}")
+        verdict = ("OK" if not self.failures else
+                   f"{len(self.failures)} gating failure(s)")
+        return (f"{len(self.rows)} operators in {self.elapsed_s:.1f} s — " + "; ".join(parts)
+                + f" — {verdict}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "generated": self.generated,
+            "environment": self.environment,
+            "columns": [{"key": c.key, "title": c.title, "target": c.target,
+                         "description": column_doc(c), "gating": c.gating,
+                         "available": not self.na_reasons.get(c.key),
+                         "unavailable_reason": self.na_reasons.get(c.key, "")}
+                        for c in self.columns],
+            "legend": {k: {"symbol": v.symbol, "label": v.label, "description": v.description}
+                       for k, v in LEGEND.items()},
+            "operators": [{"name": r.name, "category": r.category, "notes": r.notes,
+                           "seconds": round(r.seconds, 3),
+                           "cells": {k: c.to_json() for k, c in r.cells.items()}}
+                          for r in self.rows],
+            "summary": {
+                "operators": len(self.rows),
+                "by_column": self.counts(),
+                "gating_failures": [{"operator": o, "column": c, "detail": d}
+                                    for o, c, d in self.failures],
+                "other_failures": [{"operator": o, "column": c, "detail": d}
+                                   for o, c, d in self.all_failures
+                                   if (o, c, d) not in self.failures],
+                "ok": not self.failures,
+                "elapsed_s": round(self.elapsed_s, 2),
+            },
+        }
+
+
+def format_figure(status: str, figure: float | None, unit: str, extra: dict[str, object]) -> str:
+    if "text" in extra:
+        return str(extra["text"])
+    if figure is None:
+        return ""
+    if unit == "ratio":
+        return f"{figure:.2g}x" if figure < 10 else f"{figure:.0f}x"
+    if figure == 0.0:
+        return "0"
+    return f"{figure:.0e}".replace("e-0", "e-").replace("e+0", "e+")
+
+
+def _to_cell(col: Column, r: Result) -> Cell:
+    fig = None if r.figure is None else float(r.figure)
+    return Cell(r.status, fig, r.detail, format_figure(r.status, fig, col.unit, r.extra))
+
+
+def _evaluate_row(name: str, keys: Sequence[str], why_not: dict[str, str],
+                  entry: OpEntry | None = None) -> Row:
+    """One operator's row (runs in a worker process when jobs > 1)."""
+    entry = entry or get(name)
+    cols = [COLUMNS_BY_KEY[k] for k in keys]
+    t0 = time.perf_counter()
+    results = evaluate(entry, cols, why_not)
+    cells = {c.key: _to_cell(c, results[c.key]) for c in cols}
+    return Row(entry.name, entry.category, entry.notes or entry.no_compute, cells,
+               time.perf_counter() - t0)
+
+
+def _worker_init() -> None:
+    # one operator per process at a time: keep Numba/torch from oversubscribing the cores
+    import numba
+    numba.set_num_threads(1)
+    try:
+        import torch
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
+
+
+def environment(jobs: int, targets: Sequence[str]) -> dict[str, Any]:
+    env: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(),
+                           "cpu_count": os.cpu_count(), "jobs": jobs, "targets": list(targets)}
+    for mod in ("numpy", "numba", "sympy", "torch", "tvm"):
+        try:
+            env[mod] = __import__(mod).__version__
+        except Exception:  # noqa: BLE001 - absent or broken optional dependency
+            env[mod] = None
+    import texpr_ad
+    env["texpr_ad"] = texpr_ad.__version__
+    return env
+
+
+def run_coverage(entries: Sequence[OpEntry], columns: Sequence[Column], jobs: int = 1,
+                 progress: Callable[[int, int, str], None] | None = None,
+                 in_process: bool = False) -> Report:
+    """Evaluate `columns` for every entry.  `in_process=True` (or jobs <= 1) keeps the
+    entries as given (needed for entries that are not in the registry)."""
+    t0 = time.perf_counter()
+    keys = [c.key for c in columns]
+    why_not = {c.key: c.why_not() for c in columns}
+    rows: list[Row | None] = [None] * len(entries)
+    total = len(entries)
+    done = 0
+    if jobs <= 1 or in_process or total <= 1:
+        for i, e in enumerate(entries):
+            if progress:
+                progress(done, total, e.name)
+            rows[i] = _evaluate_row(e.name, keys, why_not, e)
+            done += 1
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx,
+                                    initializer=_worker_init) as pool:
+            futs = {pool.submit(_evaluate_row, e.name, keys, why_not): i
+                    for i, e in enumerate(entries)}
+            for f in cf.as_completed(futs):
+                i = futs[f]
+                try:
+                    rows[i] = f.result()
+                except Exception as ex:  # noqa: BLE001 - a crashed worker fails its row only
+                    e = entries[i]
+                    bad = Cell("fail", None, f"worker crashed: {type(ex).__name__}: {ex}"[:400], "")
+                    rows[i] = Row(e.name, e.category, e.notes, {k: bad for k in keys}, 0.0)
+                done += 1
+                if progress:
+                    progress(done, total, entries[i].name)
+    if progress:
+        progress(total, total, "")
+    elapsed = time.perf_counter() - t0
+    gen = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    env = environment(jobs, sorted({c.target for c in columns}))
+    return Report(list(columns), [r for r in rows if r is not None], env, gen, elapsed,
+                  {k: v for k, v in why_not.items() if v})
+
+
+class ProgressBar:
+    """`[#####.....] 57/144 conv2d` on stderr: redrawn in place on a terminal, else a line
+    every 10%."""
+
+    def __init__(self, stream: Any = None, width: int = 30) -> None:
+        self.stream = stream or sys.stderr
+        self.width = width
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self._last_decile = -1
+
+    def __call__(self, done: int, total: int, name: str) -> None:
+        frac = done / total if total else 1.0
+        bar = "#" * int(frac * self.width) + "." * (self.width - int(frac * self.width))
+        line = f"[{bar}] {done}/{total} {name}"
+        if self.tty:
+            end = "\n" if done == total else ""
+            self.stream.write("\r" + line[:100].ljust(100) + end)
+            self.stream.flush()
+        elif (d := int(frac * 10)) != self._last_decile:
+            self._last_decile = d
+            self.stream.write(line + "\n")
+            self.stream.flush()
