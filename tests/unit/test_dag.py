@@ -46,7 +46,7 @@ def test_rebuilt_dag_computes_the_same_function_of_new_inputs() -> None:
 
 
 def test_untouched_stages_are_shared() -> None:
-    x, w, y, _ = _softmax_dag()
+    _, w, y, _ = _softmax_dag()
     w2 = te.placeholder((4,), "float64", "w2")
     (y2,) = replace_inputs([y], {w: w2})
     shared = {t.op.name for t in topo_order([y2]) if any(t is s for s in topo_order([y]))}

@@ -47,8 +47,9 @@ def build(outputs: Sequence[Tensor] | Tensor, inputs: Sequence[Tensor], target: 
     """
     if isinstance(outputs, Tensor):
         outputs = [outputs]
-    if target == "cuda":
-        raise NotImplementedError("target='cuda' is not implemented yet; use target='cpu'")
+    if target == "cuda":  # one kernel per stage, see numba_cuda.py (imports numba.cuda lazily)
+        from .numba_cuda import build_cuda
+        return build_cuda(outputs, inputs, plan_overrides)
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; choose one of {TARGETS}")
     plan = plan_kernel(list(outputs), list(inputs), target, plan_overrides)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import datetime
+import json
 import multiprocessing
 import os
 import platform
@@ -101,12 +102,11 @@ class Report:
         return out
 
     def summary_line(self) -> str:
+        """`N operators in T s — fwd cpu 140 ok 4 nocompute; ... — OK` (counts per status)."""
         parts = []
         for c in self.columns:
             n = self.counts()[c.key]
-            shown = ", ".join(f"{v} {LEGEND[s].label if s in LEGEND else s}"
-                              for s, v in n.items() if v)
-            parts.append(f"{c.title}: {shown}")
+            parts.append(f"{c.title} " + " ".join(f"{v} {s}" for s, v in n.items() if v))
         verdict = ("OK" if not self.failures else
                    f"{len(self.failures)} gating failure(s)")
         return (f"{len(self.rows)} operators in {self.elapsed_s:.1f} s — " + "; ".join(parts)
@@ -154,9 +154,15 @@ def format_figure(status: str, figure: float | None, unit: str, extra: dict[str,
     return f"{figure:.0e}".replace("e-0", "e-").replace("e+0", "e+")
 
 
+_ALIASES = {"skip": "na"}  # statuses other checks may return
+
+
 def _to_cell(col: Column, r: Result) -> Cell:
     fig = None if r.figure is None else float(r.figure)
-    return Cell(r.status, fig, r.detail, format_figure(r.status, fig, col.unit, r.extra))
+    status = _ALIASES.get(r.status, r.status)
+    if status not in LEGEND:
+        return Cell("fail", fig, f"unknown status {r.status!r}: {r.detail}", "")
+    return Cell(status, fig, r.detail, format_figure(status, fig, col.unit, r.extra))
 
 
 def _evaluate_row(name: str, keys: Sequence[str], why_not: dict[str, str],
@@ -183,23 +189,36 @@ def _worker_init() -> None:
 
 
 def environment(jobs: int, targets: Sequence[str]) -> dict[str, Any]:
+    """Versions of the libraries involved (from package metadata: imports nothing)."""
+    from importlib import metadata
     env: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(),
                            "cpu_count": os.cpu_count(), "jobs": jobs, "targets": list(targets)}
-    for mod in ("numpy", "numba", "sympy", "torch", "tvm"):
+    for key, dist in (("numpy", "numpy"), ("numba", "numba"), ("sympy", "sympy"),
+                      ("torch", "torch"), ("tvm", "apache-tvm"), ("texpr_ad", "texpr_ad")):
         try:
-            env[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001 - absent or broken optional dependency
-            env[mod] = None
-    import texpr_ad
-    env["texpr_ad"] = texpr_ad.__version__
+            env[key] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            env[key] = None
     return env
+
+
+def previous_seconds(path: str | os.PathLike[str]) -> dict[str, float]:
+    """Per-operator seconds from an earlier JSON report (empty if none or unreadable)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        return {o["name"]: float(o.get("seconds", 0.0)) for o in doc["operators"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def run_coverage(entries: Sequence[OpEntry], columns: Sequence[Column], jobs: int = 1,
                  progress: Callable[[int, int, str], None] | None = None,
-                 in_process: bool = False) -> Report:
+                 in_process: bool = False, cost_hint: dict[str, float] | None = None) -> Report:
     """Evaluate `columns` for every entry.  `in_process=True` (or jobs <= 1) keeps the
-    entries as given (needed for entries that are not in the registry)."""
+    entries as given (needed for entries that are not in the registry).  With workers,
+    `cost_hint` (seconds per operator, e.g. from the last report) submits the slowest
+    first, so one long operator does not finish alone at the end."""
     t0 = time.perf_counter()
     keys = [c.key for c in columns]
     why_not = {c.key: c.why_not() for c in columns}
@@ -216,8 +235,9 @@ def run_coverage(entries: Sequence[OpEntry], columns: Sequence[Column], jobs: in
         ctx = multiprocessing.get_context("spawn")
         with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx,
                                     initializer=_worker_init) as pool:
-            futs = {pool.submit(_evaluate_row, e.name, keys, why_not): i
-                    for i, e in enumerate(entries)}
+            hint = cost_hint or {}
+            order = sorted(range(total), key=lambda i: -hint.get(entries[i].name, 0.0))
+            futs = {pool.submit(_evaluate_row, entries[i].name, keys, why_not): i for i in order}
             for f in cf.as_completed(futs):
                 i = futs[f]
                 try:

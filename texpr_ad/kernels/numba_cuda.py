@@ -1,0 +1,565 @@
+"""The Numba CUDA backend: the renderer's CUDA tables, one kernel per stage, and a launcher.
+
+Generated module: device helpers, one `@cuda.jit` kernel per materialized stage,
+`SIGNATURES` (argument dtypes and ranks of each kernel, for `compile_ptx`), and a
+host function `texpr_kernel(inputs..., dims...)` that allocates the intermediates
+and outputs as device arrays and launches the kernels in order on the default
+stream.  How each stage runs (thread per point, block tree reduction, injective or
+atomic scatter) is decided in `texpr_ad.schedule.cuda`; this module spells it out.
+
+Why the built-in `numba.cuda`: numba 0.68 still ships its CUDA target; the Numba docs
+mark it deprecated in favour of NVIDIA's `numba-cuda` package, but importing it gives
+no warning, `compile_ptx` works with the CUDA 13 toolkit here, and `numba-cuda`
+installs a redirector that takes over `import numba.cuda`.  The generated code uses
+only the public API shared by both (`cuda.jit`, `cuda.grid`, `cuda.gridsize`,
+`cuda.shared.array`, `cuda.syncthreads`, `cuda.atomic.add`, `math.*`), so installing
+the `cuda` extra (`numba-cuda[cu13]`) switches to the maintained target unchanged.
+`numba.cuda` is imported lazily (generated module, `_cuda()`), so `import texpr_ad`
+works without it.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..schedule.cuda import rectangular_prefix, strategy
+from ..schedule.plan import ComputeStage, Plan, ScatterStage
+from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce
+from ..te.ops import Op
+from ..te.visit import walk
+from .render import (CHECK_NAME, ERR_NAME, EXPR_RULES, KERNEL_NAME, Renderer, Rule, _is_placeholder,
+                     _Render, _reduce_groups, top)
+
+
+class CudaUnavailableError(RuntimeError):
+    """target='cuda' with neither a GPU nor the simulator."""
+
+
+# -- expression table: numba.cuda lacks most NumPy ufuncs in kernels, so use math.* ------------
+
+def _math(name: str) -> Rule:
+    return lambda e, a: f"math.{name}({a[0]})"
+
+
+def _helper(name: str) -> Rule:
+    return lambda e, a: f"_{name}_{e.dtype}({a[0]})" if e.dtype in ("float32", "float64") \
+        else f"{a[0]}"  # floor/ceil/trunc/round/sign of an integer is itself (sign: see below)
+
+
+def _sign(e: Call, a: list[str]) -> str:
+    if e.dtype in ("float32", "float64"):
+        return f"_sign_{e.dtype}({a[0]})"
+    return f"_sign_int({a[0]})"
+
+
+def _one(dtype: str) -> str:
+    return f"np.{dtype}(1.0)"
+
+
+CUDA_RULES: dict[Op, Rule] = {
+    **EXPR_RULES,
+    Op.FLOORDIV: lambda e, a: (f"_floor_{e.dtype}({a[0]} / {a[1]})" if e.dtype.startswith("float")
+                               else f"({a[0]} // {a[1]})"),
+    Op.EXP: _math("exp"), Op.LOG: _math("log"), Op.LOG1P: _math("log1p"), Op.SQRT: _math("sqrt"),
+    Op.RSQRT: lambda e, a: f"({_one(e.dtype)} / math.sqrt({a[0]}))",
+    Op.TANH: _math("tanh"),
+    Op.SIGMOID: lambda e, a: f"({_one(e.dtype)} / ({_one(e.dtype)} + math.exp(-{a[0]})))",
+    Op.SIN: _math("sin"), Op.COS: _math("cos"), Op.ATAN: _math("atan"),
+    Op.FLOOR: _helper("floor"), Op.CEIL: _helper("ceil"), Op.TRUNC: _helper("trunc"),
+    Op.ROUND: _helper("rint"), Op.SIGN: _sign,
+}
+
+# math.floor & co. return int64 in Numba; these keep the float type and are exact for
+# every float (|x| >= 2**52, inf and nan are already integral and returned as they are).
+_HELPER_TEMPLATE = '''
+@register_jitable
+def _floor_{t}(x):
+    return np.{t}(math.floor(x)) if abs(x) < 4503599627370496.0 else x
+
+
+@register_jitable
+def _ceil_{t}(x):
+    return np.{t}(math.ceil(x)) if abs(x) < 4503599627370496.0 else x
+
+
+@register_jitable
+def _trunc_{t}(x):
+    return np.{t}(math.trunc(x)) if abs(x) < 4503599627370496.0 else x
+
+
+@register_jitable
+def _rint_{t}(x):  # half to even, like np.rint
+    if not abs(x) < 4503599627370496.0:
+        return x
+    f = np.{t}(math.floor(x))
+    d = x - f
+    if d > 0.5 or (d == 0.5 and math.fmod(f, 2.0) != 0.0):
+        f += np.{t}(1.0)
+    return f
+
+
+@register_jitable
+def _sign_{t}(x):
+    return np.{t}(1.0) if x > 0 else (np.{t}(-1.0) if x < 0 else x)  # nan and +-0 stay
+'''
+_INT_SIGN = '''
+@register_jitable
+def _sign_int(x):
+    return (x > 0) - (x < 0)
+'''
+
+
+# -- the renderer -------------------------------------------------------------------------------
+
+class CUDARenderer(Renderer):
+    """`numba.cuda.jit`: a grid-stride outer loop, guards by `range`, `cuda.atomic.add` scatters.
+
+    `reduce_block` is the shared-memory size of block reductions (a power of two);
+    the launcher may run them with fewer threads (any power of two up to it).
+    """
+
+    target = "cuda"
+    header = ("import math", "import numpy as np", "from numba import cuda",
+              "from numba.extending import register_jitable",
+              "from texpr_ad.kernels.numba_cuda import device_copy, launch, zeros")
+    # not cuda.jit(device=True): calling a device dispatcher compiles it for the *current*
+    # device, which needs a GPU even in compile_ptx; register_jitable inlines on any target
+    helper_decorator = "@register_jitable"
+    kernel_decorator = "@cuda.jit"
+    parallel_loop = ("for {var} in range(cuda.grid(1), {extent}, cuda.gridsize(1)):",)
+    block_loop = ("for {var} in range(cuda.blockIdx.x, {extent}, cuda.gridDim.x):",)
+    thread_loop = ("for {var} in range(cuda.threadIdx.x, {extent}, cuda.blockDim.x):",)
+    single_guard = "if cuda.grid(1) == 0:"
+    scatter_add = "{target} += {value}"
+    atomic_add = "cuda.atomic.add({array}, {index}, {value})"
+    alloc_empty = "cuda.device_array({shape}, dtype=np.{dtype})"
+    alloc_zeros = "zeros({shape}, np.{dtype})"
+    rules = CUDA_RULES
+    reduce_block = 256
+
+    def render(self, plan: Plan) -> str:
+        return _CudaRender(self, plan).source()
+
+
+@dataclass
+class _Kernel:
+    name: str
+    lines: list[str]
+    args: list[tuple[str, str, int]]  # (name, dtype, ndim); ndim 0 = scalar param
+    launch: str
+
+
+class _CudaRender(_Render):
+    r: CUDARenderer
+
+    def __init__(self, r: CUDARenderer, plan: Plan) -> None:
+        super().__init__(r, plan)
+        self.loop_lines: tuple[str, ...] = r.parallel_loop
+
+    def parallel_head(self, depth: int, var: str, extent: str) -> None:
+        for line in self.loop_lines:
+            self.emit(depth, line.format(var=var, extent=extent))
+
+    # -- top level -----------------------------------------------------------------------
+    def source(self) -> str:
+        p = self.plan
+        ins = [self.tensor(t) for t in p.inputs]
+        dims = [self.names.get(v, v.name) for v in p.params]
+        host: list[str] = []
+        kernels: list[_Kernel] = []
+        for st in p.stages:
+            self.lines, self.checked, self.scope = [], False, st.name
+            kname = self.names.fresh(f"k_{st.name}")
+            outs = list(st.tensors) if isinstance(st, ComputeStage) else [st.tensor]
+            for t, dtype in self.allocations(st):
+                shape = self.shape(t_shape(st))
+                tmpl = self.r.alloc_empty if isinstance(st, ComputeStage) else self.r.alloc_zeros
+                host.append(f"    {self.tensor(t)} = {tmpl.format(shape=shape, dtype=dtype)}")
+            launch = self.compute(st) if isinstance(st, ComputeStage) else self.scatter(st)
+            reads = [t for t in _reads(st) if all(t is not o for o in outs)]
+            args = [(self.tensor(t), t.dtype, max(t.ndim, 1)) for t in _unique(reads)]
+            args += [(self.tensor(t), t.dtype, max(t.ndim, 1)) for t in outs if t is not None]
+            if self.checked:
+                args.append((ERR_NAME, "int64", 1))
+            args += [(d, "int64", 0) for d in dims]
+            kernels.append(_Kernel(kname, self.lines, args, launch))
+            host.append(f"    {launch.format(k=kname)}({', '.join(a[0] for a in args)})")
+            if self.checked:
+                what = ("a scatter index" if isinstance(st, ScatterStage) else
+                        "an index computed from tensor values")
+                host.append(f"    if {ERR_NAME}.copy_to_host()[0] != 0:")
+                host.append(f'        raise IndexError("stage {st.name}: {what} is out of bounds")')
+        rets = [self.tensor(t) if not _is_placeholder(t) else f"device_copy({self.tensor(t)})"
+                for t in p.outputs]
+        out = [f"# generated by texpr_ad ({self.r.target}); outputs: "
+               f"{', '.join(t.name for t in p.outputs)}", *self.r.header]
+        for t in ("float32", "float64"):
+            out.append(_HELPER_TEMPLATE.format(t=t).rstrip())
+        out.append(_INT_SIGN.rstrip())
+        if self.any_check:
+            out += ["", "", self.r.helper_decorator,
+                    f"def {CHECK_NAME}(i, n, {ERR_NAME}):",
+                    "    if i < 0 or i >= n:",
+                    f"        {ERR_NAME}[0] = 1",
+                    "        return 0",
+                    "    return i"]
+        for k in kernels:
+            out += ["", "", self.r.kernel_decorator,
+                    f"def {k.name}({', '.join(a[0] for a in k.args)}):", *k.lines]
+        out += ["", "", "SIGNATURES = {"]
+        out += [f"    {k.name!r}: {tuple((d, n) for _, d, n in k.args)!r}," for k in kernels]
+        out += ["}", "", "", f"def {KERNEL_NAME}({', '.join(ins + dims)}):"]
+        if self.any_check:
+            out.append(f"    {ERR_NAME} = zeros(1, np.int64)")
+        out += host
+        out.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
+        return "\n".join(out) + "\n"
+
+    def allocations(self, st: ComputeStage | ScatterStage) -> list[tuple[Any, str]]:
+        if isinstance(st, ScatterStage):
+            pairs = [(st.tensor, st.tensor.dtype)]
+        else:
+            pairs = [(t, b.dtype) for t, b in zip(st.tensors, st.bodies, strict=True) if t is not None]
+        return [(t, d if d != "bool" else "bool_") for t, d in pairs]
+
+    # -- compute stages ---------------------------------------------------------------------
+    def compute(self, st: ComputeStage) -> str:  # type: ignore[override]
+        how = strategy(st)
+        self.emit(1, f"# stage {st.name}: {how}" + (f"; inlined {', '.join(st.inlined)}"
+                                                   if st.inlined else ""))
+        if how == "block":
+            return self.block_compute(st)
+        depth, serial = 1, st.order
+        if how == "thread":
+            self.loop_lines = self.r.parallel_loop
+            depth = self.parallel_nest(depth, st.order[: st.fused], st.name)
+            serial = st.order[st.fused:]
+        else:
+            self.emit(1, self.r.single_guard)
+            depth = 2
+        for a in serial:
+            self.range_loop(depth, a, {})
+            depth += 1
+        env: dict[Expr, str] = {}
+        for red in _reduce_groups(st.bodies):
+            self.reduction(depth, red, env, st.name)
+        self.store(depth, st, env)
+        points = " * ".join(top(self.expr(a.extent, {})) for a in st.order[: st.fused]) or "1"
+        return f"launch({{k}}, {points}, 0)" if how == "thread" else "launch({k}, 1, 1)"
+
+    def store(self, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
+        idx = [self.axis(a) for a in st.axes]
+        for t, b in zip(st.tensors, st.bodies, strict=True):
+            if t is not None:
+                self.emit(depth, f"{self.index(t, idx)} = {top(self.expr(b, env))}")
+
+    def block_compute(self, st: ComputeStage) -> str:
+        """One block per output point; each reduction is strided over threads, then tree-combined."""
+        tid, step = self.names.fresh("tid"), self.names.fresh("s")
+        groups = _reduce_groups(st.bodies)
+        shared: list[list[str]] = []
+        for red in groups:
+            names = []
+            for src in red[0].source:
+                sh = self.names.fresh(f"{st.name}_sh")
+                dtype = src.dtype if src.dtype != "bool" else "bool_"
+                self.emit(1, f"{sh} = cuda.shared.array({self.r.reduce_block}, np.{dtype})")
+                names.append(sh)
+            shared.append(names)
+        self.emit(1, f"{tid} = cuda.threadIdx.x")
+        depth = 1
+        if st.axes:
+            self.loop_lines = self.r.block_loop
+            depth = self.parallel_nest(1, st.order, st.name)
+        env: dict[Expr, str] = {}
+        for red, shs in zip(groups, shared, strict=True):
+            r = red[0]
+            comb, n = r.combiner, len(r.source)
+            accs = [self.names.fresh(f"{st.name}_acc" if n == 1 else f"{st.name}_acc{k}")
+                    for k in range(n)]
+            for a, ident in zip(accs, comb.identity, strict=True):
+                self.emit(depth, f"{a} = {top(self.expr(ident, {}))}")
+            # flatten the reduction axes unless their bounds depend on each other (then stride
+            # the outermost one over the threads and run the rest serially)
+            dependent = any(v is b for a in r.axis for e in (a.lo, a.extent) for v in walk(e)
+                            for b in r.axis)
+            flat = 1 if dependent else len(r.axis)
+            self.loop_lines = self.r.thread_loop
+            d = self.parallel_nest(depth, r.axis[:flat], st.name)
+            for ax in r.axis[flat:]:
+                self.range_loop(d, ax, env)
+                d += 1
+            if not (isinstance(r.condition, Const) and r.condition.value is True):
+                self.emit(d, f"if {top(self.expr(r.condition, env))}:")
+                d += 1
+            self.combine(d, comb, accs, [self.expr(s, env) for s in r.source], accs, st.name)
+            for sh, a in zip(shs, accs, strict=True):
+                self.emit(depth, f"{sh}[{tid}] = {a}")
+            self.emit(depth, "cuda.syncthreads()")
+            self.emit(depth, f"{step} = cuda.blockDim.x // 2")
+            self.emit(depth, f"while {step} > 0:")
+            self.emit(depth + 1, f"if {tid} < {step}:")
+            tmps = [self.names.fresh(f"{st.name}_t") for _ in shs]
+            self.combine(depth + 2, comb, [f"{sh}[{tid}]" for sh in shs],
+                         [f"{sh}[{tid} + {step}]" for sh in shs], tmps, st.name)
+            for sh, t in zip(shs, tmps, strict=True):
+                self.emit(depth + 2, f"{sh}[{tid}] = {t}")
+            self.emit(depth + 1, "cuda.syncthreads()")
+            self.emit(depth + 1, f"{step} //= 2")
+            for sh, a in zip(shs, accs, strict=True):
+                self.emit(depth, f"{a} = {sh}[0]")
+            self.emit(depth, "cuda.syncthreads()")  # shared memory is reused by the next point
+            if r.init:
+                self.combine(depth, comb, [self.expr(i, env) for i in r.init], accs, accs, st.name)
+            for g in red:
+                env[g] = accs[g.value_index]
+        self.emit(depth, f"if {tid} == 0:")
+        self.store(depth + 1, st, env)
+        points = " * ".join(top(self.expr(a.extent, {})) for a in st.order) or "1"
+        return f"launch({{k}}, {points}, {self.r.reduce_block})"
+
+    # -- scatter stages ----------------------------------------------------------------------
+    def scatter(self, st: ScatterStage) -> str:  # type: ignore[override]
+        how = strategy(st)
+        self.emit(1, f"# stage {st.name}: scatter-add, {how}")
+        depth, serial = 1, st.order
+        if how in ("injective", "atomic"):
+            n = 1 if how == "injective" else rectangular_prefix(st.order)
+            self.loop_lines = self.r.parallel_loop
+            depth = self.parallel_nest(1, st.order[:n], st.name)
+            serial = st.order[n:]
+            points = " * ".join(top(self.expr(a.extent, {})) for a in st.order[:n])
+        else:
+            self.emit(1, self.r.single_guard)
+            depth, points = 2, ""
+        for a in serial:
+            self.range_loop(depth, a, {})
+            depth += 1
+        if not (isinstance(st.condition, Const) and st.condition.value is True):
+            self.emit(depth, f"if {top(self.expr(st.condition, {}))}:")
+            depth += 1
+        idx = []
+        for d, i in enumerate(st.index):
+            s = top(self.expr(i, {}))
+            if not (d == st.parallel_dim or isinstance(i, IterVar)):
+                s = f"{CHECK_NAME}({s}, {self.tensor(st.tensor)}.shape[{d}], {ERR_NAME})"
+                self.checked = self.any_check = True
+            idx.append(s)
+        value = top(self.expr(st.value, {}))
+        if how == "atomic":
+            index = idx[0] if len(idx) == 1 else f"({', '.join(idx) or '0'})"
+            self.emit(depth, self.r.atomic_add.format(array=self.tensor(st.tensor), index=index,
+                                                      value=value))
+        else:
+            self.emit(depth, self.r.scatter_add.format(target=self.index(st.tensor, idx), value=value))
+        return f"launch({{k}}, {points}, 0)" if points else "launch({k}, 1, 1)"
+
+
+def t_shape(st: ComputeStage | ScatterStage) -> list[Expr]:
+    return list(st.shape) if isinstance(st, ScatterStage) else [a.extent for a in st.axes]
+
+
+def _reads(st: ComputeStage | ScatterStage) -> list:
+    """Tensors read by the stage (also inside reduction bounds), in order of first appearance."""
+    exprs = list(st.bodies) if isinstance(st, ComputeStage) else [*st.index, st.value, st.condition]
+    out: list = []
+    todo = list(exprs)
+    seen: set[int] = set()
+    while todo:
+        e = todo.pop(0)
+        for x in walk(e):
+            if isinstance(x, Read):
+                out.append(x.tensor)
+            elif isinstance(x, Reduce):
+                for a in x.axis:
+                    if id(a) not in seen:
+                        seen.add(id(a))
+                        todo += [a.lo, a.extent]
+    return out
+
+
+def _unique(ts: Sequence) -> list:
+    out: list = []
+    for t in ts:
+        if all(t is not u for u in out):
+            out.append(t)
+    return out
+
+
+# -- runtime: availability, launch configuration, allocation -------------------------------------
+
+def _cuda() -> Any:
+    from numba import cuda
+    return cuda
+
+
+def simulating() -> bool:
+    from numba.core import config
+    return bool(config.ENABLE_CUDASIM)
+
+
+def require_cuda() -> None:
+    """Raise `CudaUnavailableError` unless a GPU or the CUDA simulator can run kernels."""
+    try:
+        cuda = _cuda()
+    except ImportError as e:  # pragma: no cover - numba without its CUDA target
+        raise CudaUnavailableError(
+            f"target='cuda' needs numba.cuda, which cannot be imported ({e}); install the "
+            f"'cuda' extra (pip install 'texpr_ad[cuda]')") from e
+    if simulating() or cuda.is_available():
+        return
+    raise CudaUnavailableError(
+        "target='cuda' needs a CUDA GPU, but numba.cuda.is_available() is False (no GPU or "
+        "driver found) and Numba's CUDA simulator is off. To run the CUDA kernels on the CPU "
+        "(slowly, for testing), set NUMBA_ENABLE_CUDASIM=1 in the environment before Python "
+        "imports numba, e.g. `NUMBA_ENABLE_CUDASIM=1 python script.py`; otherwise use "
+        "target='cpu'.")
+
+
+@dataclass
+class LaunchConfig:
+    threads: int = 128        # threads per block of thread-per-point kernels
+    max_blocks: int = 65535   # grid-stride loops cover the rest
+    reduce_threads: int = 256  # threads per block of block reductions (power of two)
+
+
+# The simulator runs every thread as a Python thread: small blocks and grids keep it
+# fast, and make the grid-stride loops take many steps (which the tests want anyway).
+CONFIG = LaunchConfig(threads=8, max_blocks=4, reduce_threads=8) if \
+    os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0") else LaunchConfig()
+
+
+def launch(kernel: Any, points: int, per_block: int) -> Any:
+    """`kernel[grid, block]`: per_block 0 = thread per point, 1 = one thread, else block per point."""
+    if per_block == 0:
+        threads = CONFIG.threads
+        blocks = max(1, min(-(-points // threads), CONFIG.max_blocks))
+    elif per_block == 1:
+        threads = blocks = 1
+    else:
+        threads = 1 << (min(per_block, CONFIG.reduce_threads).bit_length() - 1)
+        blocks = max(1, min(points, CONFIG.max_blocks))
+    return kernel[blocks, threads]
+
+
+_FILL: dict[str, Any] = {}
+
+
+def zeros(shape: int | tuple[int, ...], dtype: Any) -> Any:
+    """A zero-filled device array (a fill kernel on the GPU, a host copy in the simulator)."""
+    cuda = _cuda()
+    if simulating():
+        return cuda.to_device(np.zeros(shape, dtype))
+    if "k" not in _FILL:
+        @cuda.jit
+        def fill0(a: Any) -> None:
+            for i in range(cuda.grid(1), a.size, cuda.gridsize(1)):
+                a[i] = 0
+        _FILL["k"] = fill0
+    size = int(np.prod(shape))
+    flat = cuda.device_array(size, dtype=dtype)
+    if size:
+        launch(_FILL["k"], size, 0)(flat)
+    return flat.reshape(shape)
+
+
+def device_copy(a: Any) -> Any:
+    out = _cuda().device_array(a.shape, dtype=a.dtype)
+    out.copy_to_device(a)
+    return out
+
+
+def numba_signature(args: Sequence[tuple[str, int]]) -> tuple:
+    """Numba argument types for one entry of a module's SIGNATURES (C-contiguous arrays)."""
+    from numba import types
+    from numba.np.numpy_support import from_dtype
+    return tuple(types.int64 if n == 0 else types.Array(from_dtype(np.dtype(d if d != "bool" else
+                                                                                  "bool")), n, "C")
+                 for d, n in args)
+
+
+def is_device_array(a: Any) -> bool:
+    return hasattr(a, "__cuda_array_interface__") or type(a).__name__ == "FakeCUDAArray"
+
+
+def host_stand_in(a: Any) -> np.ndarray:
+    """A zero-memory NumPy array with the shape and dtype of device array `a` (for the checks)."""
+    return np.lib.stride_tricks.as_strided(np.zeros(1, a.dtype), shape=a.shape,
+                                           strides=(0,) * len(a.shape))
+
+
+
+# -- build and call -----------------------------------------------------------------------------
+
+def plan_cuda(outputs: Sequence[Any], inputs: Sequence[Any],
+              overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:
+    """The CUDA plan of `outputs` (the CPU planner's decisions, re-planned by schedule.cuda)."""
+    from ..schedule.cuda import plan_for_cuda
+    from ..schedule.planner import plan_kernel
+    return plan_for_cuda(plan_kernel(list(outputs), list(inputs), "cuda", overrides), overrides)
+
+
+def build_cuda(outputs: Sequence[Any], inputs: Sequence[Any],
+               overrides: Mapping[str, Mapping[str, Any]] | None = None) -> "CudaKernel":
+    require_cuda()
+    return CudaKernel(plan_cuda(outputs, inputs, overrides), CUDARenderer())
+
+
+def _kernel_base() -> type:
+    from .build import Kernel
+    return Kernel
+
+
+class CudaKernel(_kernel_base()):  # type: ignore[misc]
+    """A built CUDA kernel.  NumPy arrays in: copied to the device and the outputs copied back.
+    Any device array in (numba.cuda or `__cuda_array_interface__`): no copies of those, and
+    the outputs stay on the device (for chaining kernels).  Argument checks are the CPU ones."""
+
+    def __init__(self, plan: Plan, renderer: Renderer | None = None) -> None:
+        from . import cache
+        self.plan = plan
+        self.source = (renderer or CUDARenderer()).render(plan)
+        level = int(os.environ.get("TEXPR_DEBUG", "0") or 0)
+        if level >= 2:
+            print(plan)
+        if level >= 3:
+            print(self.source)
+        self.module = cache.load(self.source)
+        self._fn = getattr(self.module, KERNEL_NAME)
+
+    def __call__(self, *arrays: Any) -> tuple[Any, ...]:
+        cuda = _cuda()
+        on_device = [is_device_array(a) for a in arrays]
+        host_args, params = self._prepare([host_stand_in(a) if d else a
+                                           for a, d in zip(arrays, on_device, strict=False)])
+        args = []
+        for a, h, d in zip(arrays, host_args, on_device, strict=True):
+            if d:
+                a = a if not isinstance(a, np.ndarray) and hasattr(a, "copy_to_host") \
+                    else cuda.as_cuda_array(a)
+                args.append(a.reshape(1) if a.ndim == 0 else a)
+            else:
+                args.append(cuda.to_device(h))
+        try:
+            res = self._fn(*args, *params)
+        except Exception as e:
+            if type(e).__module__.startswith("numba"):
+                raise RuntimeError(
+                    f"internal error: a generated CUDA kernel failed to compile or launch "
+                    f"({type(e).__name__}: {str(e)[:300]}); its source is "
+                    f"{self._fn.__code__.co_filename} (kernel.source); please report it with "
+                    f"print(kernel.plan)") from e
+            raise
+        out: list[Any] = []
+        for r, t in zip(res, self.plan.outputs, strict=True):
+            if any(r is x for x in out):  # an output listed twice
+                r = device_copy(r)
+            out.append(r)
+        if any(on_device):
+            return tuple(r.reshape(()) if t.ndim == 0 else r
+                         for r, t in zip(out, self.plan.outputs, strict=True))
+        return tuple(r.copy_to_host().reshape(()) if t.ndim == 0 else r.copy_to_host()
+                     for r, t in zip(out, self.plan.outputs, strict=True))

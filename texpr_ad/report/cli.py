@@ -1,0 +1,324 @@
+"""`texpr-ad` (also `python -m texpr_ad`): coverage report, operator inspection, your own op.
+
+    texpr-ad coverage [--ops GLOB] [--targets cpu,torch,tvm,cuda] [--format table|md|json|html]
+                      [-o PATH] [--jobs N]
+    texpr-ad show OP
+    texpr-ad grad FILE.py:FUNC [--shapes NAME=4x5 ...] [--seed S]
+
+Exit codes: 0 fine, 1 a gating check failed (a forward, a derivation or a gradient
+check of an operator that should work), 2 a usage error.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+DEFAULT_TARGETS = "cpu,torch,tvm,cuda"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="texpr-ad", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    c = sub.add_parser("coverage", help="the per-operator coverage matrix")
+    c.add_argument("--ops", default="*", help="comma-separated globs over operator names")
+    c.add_argument("--targets", default=DEFAULT_TARGETS,
+                   help=f"columns to include (default {DEFAULT_TARGETS}; 'all')")
+    c.add_argument("--format", choices=["table", "md", "json", "html"], default="table")
+    c.add_argument("-o", "--output", metavar="PATH",
+                   help="write PATH.md/.json/.html (all three with --format table, "
+                        "else the chosen one)")
+    c.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    c.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    c.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+
+    s = sub.add_parser("show", help="an operator's forward, adjoints, plan and kernel source")
+    s.add_argument("op")
+    s.add_argument("--dtype", default="float64")
+
+    g = sub.add_parser("grad", help="derive and check the gradient of your own operator")
+    g.add_argument("target", metavar="FILE.py:FUNC",
+                   help="FUNC() returns (outputs, inputs): te tensors and their placeholders")
+    g.add_argument("--shapes", nargs="*", default=[], metavar="NAME=4x5",
+                   help="concrete shapes for placeholders with symbolic dims")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--no-source", action="store_true", help="do not print the kernels' source")
+
+    args = p.parse_args(argv)
+    try:
+        match args.cmd:
+            case "coverage":
+                return cmd_coverage(args)
+            case "show":
+                return cmd_show(args)
+            case "grad":
+                return cmd_grad(args)
+    except UsageError as e:
+        print(f"texpr-ad {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
+    return 2
+
+
+class UsageError(ValueError):
+    """A mistake in the command line (reported without a traceback, exit code 2)."""
+
+
+# -- coverage ----------------------------------------------------------------------------------
+
+def cmd_coverage(args: argparse.Namespace) -> int:
+    from ..ops.registry import select
+    from .columns import select_columns
+    from .coverage import ProgressBar, previous_seconds, run_coverage
+    from .render import RENDERERS, render_table
+
+    entries = select(args.ops)
+    if not entries:
+        raise UsageError(f"--ops {args.ops!r} matches no operator")
+    try:
+        columns = select_columns(args.targets)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.jobs < 1:
+        raise UsageError("--jobs must be >= 1")
+    progress = None if args.no_progress else ProgressBar()
+    base = Path(args.output or "")
+    if base.suffix in {".md", ".json", ".html"}:
+        base = base.with_suffix("")
+    hint = previous_seconds(base.with_name(base.name + ".json")) if args.output else {}
+    report = run_coverage(entries, columns, jobs=args.jobs, progress=progress, cost_hint=hint)
+
+    if args.output:
+        formats = list(RENDERERS) if args.format == "table" else [args.format]
+        base.parent.mkdir(parents=True, exist_ok=True)
+        for f in formats:
+            ext, fn = RENDERERS[f]
+            path = base.with_name(base.name + ext)
+            path.write_text(fn(report), encoding="utf-8")
+            print(f"wrote {path}", file=sys.stderr)
+    if args.format == "table":
+        color = {"always": True, "never": False}.get(args.color,
+                                                     sys.stdout.isatty() and not os.environ.get(
+                                                         "NO_COLOR"))
+        print(render_table(report, color=color))
+    elif not args.output:
+        print(RENDERERS[args.format][1](report), end="")
+    else:
+        print(report.summary_line())
+    return 1 if report.failures else 0
+
+
+# -- show --------------------------------------------------------------------------------------
+
+def _banner(title: str) -> str:
+    return f"\n=== {title} " + "=" * max(0, 72 - len(title))
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from ..ops.registry import get
+    try:
+        entry = get(args.op)
+    except KeyError as e:
+        raise UsageError(str(e).strip("'\"")) from None
+    print(f"{entry.name}  [{entry.category}]  {entry.notes}")
+    if not entry.has_compute:
+        print(f"no compute form: {entry.no_compute}")
+        return 0
+    s = entry.sample(args.dtype)  # type: ignore[misc]
+    diff = [x for x, d in zip(s.inputs, s.differentiable, strict=True) if d]
+    from ..te.tensor import shape_str
+    print("inputs: " + ", ".join(
+        f"{x.name}{shape_str(x.shape)}:{x.dtype}"
+        f"{'' if any(x is y for y in diff) else ' (not differentiable)'}" for x in s.inputs))
+    return _describe(list(s.outputs), list(s.inputs), diff, show_source=True)
+
+
+def _describe(outputs: list[Any], inputs: list[Any], wrt: list[Any], show_source: bool) -> int:
+    """Print forward, adjoints, plans and sources; returns 0."""
+    from .. import te
+    from ..deriv import grad
+    from ..kernels import build
+    from ..te import dtype as dt
+
+    print(_banner("forward"))
+    for o in outputs:
+        print(str(o))
+    fwd = build(outputs, inputs, target="cpu")
+    print(_banner("forward plan"))
+    print(fwd.plan)
+    if show_source:
+        print(_banner("forward kernel source"))
+        print(fwd.source)
+    outs = [o for o in outputs if dt.is_float(o.dtype)]
+    if not wrt or not outs:
+        print(_banner("adjoints"))
+        print("not differentiable: " + ("no float input" if not wrt else "no float output"))
+        return 0
+    heads = [te.placeholder(o.shape, o.dtype, name=f"d{o.name}") for o in outs]
+    grads = grad(outs, wrt, head=heads)
+    print(_banner("adjoints"))
+    for x, gx in zip(wrt, grads, strict=True):
+        print(f"# d{x.name}")
+        print("zero (no dependence)" if gx is None else str(gx))
+    live = [gx for gx in grads if gx is not None]
+    if live:
+        bwd = build(live, inputs + heads, target="cpu")
+        print(_banner("adjoint plan"))
+        print(bwd.plan)
+        if show_source:
+            print(_banner("adjoint kernel source"))
+            print(bwd.source)
+    return 0
+
+
+# -- grad --------------------------------------------------------------------------------------
+
+def load_user_op(spec: str) -> Any:
+    """The function FUNC of FILE.py in 'FILE.py:FUNC'."""
+    path, sep, func = spec.rpartition(":")
+    if not sep or not path or not func:
+        raise UsageError(f"expected FILE.py:FUNC, got {spec!r}")
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"no file {path!r}")
+    mod_spec = importlib.util.spec_from_file_location(f"texpr_user_{file.stem}", file)
+    assert mod_spec is not None and mod_spec.loader is not None
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    fn = getattr(mod, func, None)
+    if not callable(fn):
+        raise UsageError(f"{path} has no function {func!r}")
+    return fn
+
+
+def _parse_shapes(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    out = {}
+    for it in items:
+        name, sep, dims = it.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out[name] = tuple(int(d) for d in dims.lower().split("x")) if dims else ()
+        except ValueError:
+            raise UsageError(f"--shapes expects NAME=4x5 (or NAME= for a scalar), got {it!r}") \
+                from None
+    return out
+
+
+def _random_array(x: Any, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    from ..te import dtype as dt
+    if dt.is_float(x.dtype):
+        return rng.standard_normal(shape).astype(x.dtype)
+    if x.dtype == "bool":
+        return rng.random(shape) < 0.5
+    return np.zeros(shape, dtype=x.dtype)  # integer inputs (indices): 0 is always in range
+
+
+def _concrete_shape(x: Any, shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
+    from ..te.expr import Const
+    if x.name in shapes:
+        if len(shapes[x.name]) != x.ndim:
+            raise UsageError(f"--shapes {x.name}= gives {len(shapes[x.name])} dims; "
+                             f"{x.name!r} has {x.ndim}")
+        return shapes[x.name]
+    if all(isinstance(d, Const) for d in x.shape):
+        return tuple(int(d.value) for d in x.shape)
+    raise UsageError(f"input {x.name!r} has symbolic dims {tuple(str(d) for d in x.shape)}: "
+                     f"give concrete ones with --shapes {x.name}=4x5")
+
+
+def cmd_grad(args: argparse.Namespace) -> int:
+    from ..te import dtype as dt
+    from ..te.tensor import Tensor
+
+    fn = load_user_op(args.target)
+    res = fn()
+    if not (isinstance(res, tuple) and len(res) == 2):
+        raise UsageError(f"{args.target} must return (outputs, inputs), got {type(res).__name__}")
+    outputs, inputs = ([res_i] if isinstance(res_i, Tensor) else list(res_i) for res_i in res)
+    for t in outputs + inputs:
+        if not isinstance(t, Tensor):
+            raise UsageError(f"{args.target}: outputs and inputs must be te tensors, "
+                             f"got {type(t).__name__}")
+    shapes = _parse_shapes(args.shapes)
+    unknown = set(shapes) - {x.name for x in inputs}
+    if unknown:
+        raise UsageError(f"--shapes names {sorted(unknown)} are not inputs "
+                         f"({', '.join(x.name for x in inputs)})")
+    print(f"seed {args.seed}")
+    rng = np.random.default_rng(args.seed)
+    arrays = tuple(_random_array(x, _concrete_shape(x, shapes), rng) for x in inputs)
+    wrt = [x for x in inputs if dt.is_float(x.dtype)]
+    _describe(outputs, inputs, wrt, show_source=not args.no_source)
+
+    f64 = all(o.dtype == "float64" for o in outputs) and all(x.dtype == "float64" for x in wrt)
+    tol = 1e-6 if f64 else 2e-2
+    print(_banner("numerical check"))
+    status, err, note = _user_grad_check(outputs, inputs, arrays, wrt, tol, args.seed)
+    print(f"{status}  max rel err {err:.2e} (tolerance {tol:g}){note}" if err is not None
+          else f"{status}{note}")
+    if not f64:
+        print("note: float32 inputs/outputs limit the finite differences; use float64 "
+              "placeholders for a tight check")
+    return 1 if status == "fail" else 0
+
+
+def _user_grad_check(outputs: list[Any], inputs: list[Any], arrays: Sequence[np.ndarray],
+                     wrt: list[Any], tol: float, seed: int,
+                     directions: int = 2) -> tuple[str, float | None, str]:
+    """Adjoint kernels vs central differences of <head, f(x)> (as `checks.check_grad`, which
+    works on registry entries), with symbolic dims bound from the arrays' shapes.
+    Returns (status, max error, note)."""
+    from .. import te
+    from ..deriv import grad
+    from ..te import dtype as dt
+    from ..te.expr import Var
+    from ..te.work import work
+    from .checks import Derived
+    from .columns import CachedCPURunner
+
+    outs = [o for o in outputs if dt.is_float(o.dtype)]
+    if not wrt or not outs:
+        return "nondiff", None, "  (no float input or no float output)"
+    env = {d: n for x, a in zip(inputs, arrays, strict=True)
+           for d, n in zip(x.shape, np.shape(a), strict=True) if isinstance(d, Var)}
+    heads = [te.placeholder(o.shape, o.dtype, name=f"d{o.name}") for o in outs]
+    grads = grad(outs, wrt, head=heads)
+    live = [g for g in grads if g is not None]
+    run = CachedCPURunner()
+    rng = np.random.default_rng(seed + 1)
+    ys = run(outs, inputs, arrays)
+    gs = [rng.standard_normal(np.shape(y)).astype(y.dtype) for y in ys]
+    adj = iter(run(live, inputs + heads, list(arrays) + gs) if live else [])
+    eps = 1e-6 if all(o.dtype == "float64" for o in outs) else 1e-2
+
+    def loss(xs: list[np.ndarray]) -> float:
+        return float(sum(np.vdot(g, y) for g, y in zip(gs, run(outs, inputs, xs), strict=True)))
+
+    worst = 0.0
+    for x, gx in zip(wrt, grads, strict=True):
+        k = inputs.index(x)
+        a = np.zeros(np.shape(arrays[k])) if gx is None else next(adj)
+        for _ in range(directions):
+            t = rng.standard_normal(np.shape(a))
+            plus, minus = list(arrays), list(arrays)
+            plus[k] = (arrays[k] + eps * t).astype(arrays[k].dtype)
+            minus[k] = (arrays[k] - eps * t).astype(arrays[k].dtype)
+            fd = (loss(plus) - loss(minus)) / (2 * eps)
+            scale = float(np.linalg.norm(a) * np.linalg.norm(t))
+            err = abs(float(np.vdot(a, t)) - fd) / scale if scale else abs(fd) / (
+                abs(loss(list(arrays))) + 1.0)
+            worst = max(worst, err)
+    ratio = work(live, env) / max(work(outs, env), 1) if live else 0.0
+    strategy = Derived(None, outs, heads, wrt, grads).strategy  # type: ignore[arg-type]
+    note = f"  [{strategy} adjoint, adjoint/forward work {ratio:.2f}]"
+    return ("ok" if worst <= tol else "fail"), worst, note
+
+
+if __name__ == "__main__":
+    sys.exit(main())
