@@ -186,31 +186,41 @@ def _ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or b is None else f"{a / b:6.2f}"
 
 
-def print_table(rows: list[dict[str, Any]], comp: dict[str, dict[str, float]], jax: bool) -> None:
-    hdr = (f"{'workload':<18} {'dir':<4} {'texpr ms':>9} {'torch ms':>9} {'ratio':>6} "
-           f"{'max rel err':>11} {'jax ms':>7} {'cold s':>7} {'warm s':>7}")
-    print(hdr)
-    print("-" * len(hdr))
-    ratios: dict[str, list[float]] = {"fwd": [], "bwd": []}
-    for r in rows:
-        if "error" in r:
-            print(f"{r['name']:<18} {r['error']}")
-            continue
-        c = comp.get(r["name"], {})
-        for d in ("fwd", "bwd"):
-            ratios[d].append(r[d] / r[f"torch_{d}"])
-            cold, warm = c.get(f"cold_{d}"), c.get(f"warm_{d}")
-            print(f"{r['name'] if d == 'fwd' else '':<18} {d:<4} {_ms(r[d])} {_ms(r[f'torch_{d}'])} "
-                  f"{_ratio(r[d], r[f'torch_{d}'])} {r[f'{d}_err']:11.1e} "
-                  f"{'n/a' if not jax else '-':>7} "
-                  f"{'-' if cold is None else f'{cold:7.2f}'} {'-' if warm is None else f'{warm:7.2f}'}")
-        print(f"{'':<18} {'':<4} {'(torch bwd-only ' + _ms(r['torch_bwd_only']).strip() + ' ms)':>40}")
+HEADER = (f"{'workload':<18} {'dir':<4} {'texpr ms':>9} {'torch ms':>9} {'ratio':>6} "
+          f"{'max rel err':>11} {'jax ms':>7} {'cold s':>7} {'warm s':>7}")
+
+
+def _sec(t: float | None) -> str:
+    return f"{'-':>7}" if t is None else f"{t:7.2f}"
+
+
+def print_row(r: dict[str, Any], comp: dict[str, dict[str, float]], jax: bool) -> None:
+    if "error" in r:
+        print(f"{r['name']:<18} {r['error']}", flush=True)
+        return
+    c = comp.get(r["name"], {})
+    for d in ("fwd", "bwd"):
+        print(f"{r['name'] if d == 'fwd' else '':<18} {d:<4} {_ms(r[d])} {_ms(r[f'torch_{d}'])} "
+              f"{_ratio(r[d], r[f'torch_{d}'])} {r[f'{d}_err']:11.1e} "
+              f"{'-' if jax else 'n/a':>7} {_sec(c.get(f'cold_{d}'))} {_sec(c.get(f'warm_{d}'))}")
+    print(f"{'':<18} {'':<4} (torch backward pass alone: {_ms(r['torch_bwd_only']).strip()} ms)",
+          flush=True)
+
+
+def print_summary(rows: list[dict[str, Any]]) -> None:
+    ok = [r for r in rows if "error" not in r]
+    if not ok:
+        return
+    ratios = {d: [r[d] / r[f"torch_{d}"] for r in ok] for d in ("fwd", "bwd")}
     allr = ratios["fwd"] + ratios["bwd"]
-    if allr:
-        gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))  # noqa: E731
-        print()
-        print(f"geometric mean texpr/torch: fwd {gm(ratios['fwd']):.2f}, bwd {gm(ratios['bwd']):.2f}, "
-              f"all {gm(allr):.2f}; max {max(allr):.2f}")
+
+    def gm(xs: list[float]) -> float:
+        return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+    worst = max(((r[d] / r[f"torch_{d}"], f"{r['name']} {d}") for r in ok for d in ("fwd", "bwd")))
+    print()
+    print(f"geometric mean texpr/torch: fwd {gm(ratios['fwd']):.2f}, bwd {gm(ratios['bwd']):.2f}, "
+          f"all {gm(allr):.2f}; worst {worst[0]:.2f} ({worst[1]})")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -237,12 +247,13 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"quick={a.quick}, torch {torch.__version__}, "
           f"jax {'available (not timed)' if jax else 'not installed (skipped)'}")
     comp = {} if a.no_compile else compile_times(names, a.quick, a.target)
+    print(HEADER)
+    print("-" * len(HEADER), flush=True)
     rows = []
     for n in names:
         rows.append(run_workload(n, a.quick, a.repeat, a.target))
-        if "error" in rows[-1] and a.target == "cuda":
-            print(f"{n}: target cuda {rows[-1]['error']}")
-    print_table(rows, comp, jax)
+        print_row(rows[-1], comp, jax)
+    print_summary(rows)
     return 0
 
 

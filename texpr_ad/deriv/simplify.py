@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 
 from ..te import dtype as dt
-from ..te.expr import Call, Const, Expr
+from ..te.expr import Call, Const, Expr, IterVar
 from ..te.interp import NUMPY_IMPL
 from ..te.ops import Op
 from ..te.affine import from_affine, to_affine
@@ -117,7 +117,43 @@ def _div_mod_const(e: Expr) -> Expr | None:
     return None
 
 
-RULES: list[Rule] = [_fold, _neutral, _affine, _div_mod_const]
+def _extreme(terms: dict[Expr, int], c: int, lowest: bool) -> tuple[dict[Expr, int], int] | None:
+    """The min (or max) of an affine form over the ranges of its loop variables, as an affine form."""
+    out, k = {}, c
+    for atom, coeff in terms.items():
+        if not isinstance(atom, IterVar):
+            out[atom] = out.get(atom, 0) + coeff
+            continue
+        take_lo = (coeff > 0) == lowest
+        bound = atom.lo if take_lo else atom.lo + atom.extent - 1
+        f = to_affine(bound)
+        if f is None:
+            return None
+        for a, v in f[0].items():
+            out[a] = out.get(a, 0) + coeff * v
+        k += coeff * f[1]
+    return {a: v for a, v in out.items() if v}, k
+
+
+def _range_decided(e: Expr) -> Expr | None:
+    """`i + 1 <= n` is true when i ranges over [0, n): decide comparisons from loop ranges."""
+    match e:
+        case Call(op=Op.GE | Op.GT | Op.LE | Op.LT, args=(a, b)) if dt.is_int(a.dtype):
+            big, small = (a, b) if e.op in (Op.GE, Op.GT) else (b, a)
+            f = to_affine(Call(Op.SUB, (big, small), a.dtype))
+            if f is None or not any(isinstance(t, IterVar) for t in f[0]):
+                return None
+            strict = e.op in (Op.GT, Op.LT)
+            lo = _extreme(f[0], f[1], lowest=True)
+            if lo is not None and not lo[0] and (lo[1] > 0 if strict else lo[1] >= 0):
+                return Const(True, "bool")
+            hi = _extreme(f[0], f[1], lowest=False)
+            if hi is not None and not hi[0] and (hi[1] <= 0 if strict else hi[1] < 0):
+                return Const(False, "bool")
+    return None
+
+
+RULES: list[Rule] = [_fold, _neutral, _affine, _div_mod_const, _range_decided]
 
 
 def simplify(e: Expr, rules: list[Rule] = RULES, max_iter: int = 8) -> Expr:

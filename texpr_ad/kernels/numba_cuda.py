@@ -30,7 +30,7 @@ from ..schedule.plan import ComputeStage, Plan, ScatterStage
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce
 from ..te.ops import Op
 from ..te.visit import walk
-from .render import (CHECK_NAME, ERR_NAME, EXPR_RULES, KERNEL_NAME, Renderer, Rule, _is_placeholder,
+from .render import (ERR_NAME, EXPR_RULES, KERNEL_NAME, Renderer, Rule, _atom, _is_placeholder,
                      _Render, _reduce_groups, top)
 
 
@@ -44,15 +44,34 @@ def _math(name: str) -> Rule:
     return lambda e, a: f"math.{name}({a[0]})"
 
 
-def _helper(name: str) -> Rule:
-    return lambda e, a: f"_{name}_{e.dtype}({a[0]})" if e.dtype in ("float32", "float64") \
-        else f"{a[0]}"  # floor/ceil/trunc/round/sign of an integer is itself (sign: see below)
+_BIG = "4503599627370496.0"  # 2**52: floats at least this large (and inf, nan) are integral
 
 
-def _sign(e: Call, a: list[str]) -> str:
-    if e.dtype in ("float32", "float64"):
-        return f"_sign_{e.dtype}({a[0]})"
-    return f"_sign_int({a[0]})"
+def _integral(fn: str) -> Rule:
+    """floor/ceil/trunc keeping the float type (math.* return int64 in Numba), exact for every
+    float; the identity on integers."""
+    def rule(e: Call, a: list[str]) -> str:
+        x = a[0]
+        if not e.dtype.startswith("float"):
+            return x
+        return f"(np.{e.dtype}(math.{fn}({x})) if abs({x}) < {_BIG} else {x})"
+    return rule
+
+
+def _rint(e: Call, a: list[str]) -> str:  # half to even, like np.rint
+    x, t = a[0], e.dtype
+    if not t.startswith("float"):
+        return x
+    f = f"np.{t}(math.floor({x}))"
+    up = f"({x} - {f} > 0.5 or ({x} - {f} == 0.5 and math.fmod({f}, 2.0) != 0.0))"
+    return f"({x} if not abs({x}) < {_BIG} else ({f} + np.{t}(1.0) if {up} else {f}))"
+
+
+def _sign(e: Call, a: list[str]) -> str:  # nan and +-0 map to themselves, like np.sign
+    x, t = a[0], e.dtype
+    if t.startswith("float"):
+        return f"(np.{t}(1.0) if {x} > 0 else (np.{t}(-1.0) if {x} < 0 else {x}))"
+    return f"(1 if {x} > 0 else (-1 if {x} < 0 else 0))"
 
 
 def _one(dtype: str) -> str:
@@ -61,56 +80,16 @@ def _one(dtype: str) -> str:
 
 CUDA_RULES: dict[Op, Rule] = {
     **EXPR_RULES,
-    Op.FLOORDIV: lambda e, a: (f"_floor_{e.dtype}({a[0]} / {a[1]})" if e.dtype.startswith("float")
-                               else f"({a[0]} // {a[1]})"),
+    Op.FLOORDIV: lambda e, a: (_integral("floor")(e, [f"({a[0]} / {a[1]})"])
+                               if e.dtype.startswith("float") else f"({a[0]} // {a[1]})"),
     Op.EXP: _math("exp"), Op.LOG: _math("log"), Op.LOG1P: _math("log1p"), Op.SQRT: _math("sqrt"),
     Op.RSQRT: lambda e, a: f"({_one(e.dtype)} / math.sqrt({a[0]}))",
     Op.TANH: _math("tanh"),
     Op.SIGMOID: lambda e, a: f"({_one(e.dtype)} / ({_one(e.dtype)} + math.exp(-{a[0]})))",
     Op.SIN: _math("sin"), Op.COS: _math("cos"), Op.ATAN: _math("atan"),
-    Op.FLOOR: _helper("floor"), Op.CEIL: _helper("ceil"), Op.TRUNC: _helper("trunc"),
-    Op.ROUND: _helper("rint"), Op.SIGN: _sign,
+    Op.FLOOR: _integral("floor"), Op.CEIL: _integral("ceil"), Op.TRUNC: _integral("trunc"),
+    Op.ROUND: _rint, Op.SIGN: _sign,
 }
-
-# math.floor & co. return int64 in Numba; these keep the float type and are exact for
-# every float (|x| >= 2**52, inf and nan are already integral and returned as they are).
-_HELPER_TEMPLATE = '''
-@register_jitable
-def _floor_{t}(x):
-    return np.{t}(math.floor(x)) if abs(x) < 4503599627370496.0 else x
-
-
-@register_jitable
-def _ceil_{t}(x):
-    return np.{t}(math.ceil(x)) if abs(x) < 4503599627370496.0 else x
-
-
-@register_jitable
-def _trunc_{t}(x):
-    return np.{t}(math.trunc(x)) if abs(x) < 4503599627370496.0 else x
-
-
-@register_jitable
-def _rint_{t}(x):  # half to even, like np.rint
-    if not abs(x) < 4503599627370496.0:
-        return x
-    f = np.{t}(math.floor(x))
-    d = x - f
-    if d > 0.5 or (d == 0.5 and math.fmod(f, 2.0) != 0.0):
-        f += np.{t}(1.0)
-    return f
-
-
-@register_jitable
-def _sign_{t}(x):
-    return np.{t}(1.0) if x > 0 else (np.{t}(-1.0) if x < 0 else x)  # nan and +-0 stay
-'''
-_INT_SIGN = '''
-@register_jitable
-def _sign_int(x):
-    return (x > 0) - (x < 0)
-'''
-
 
 # -- the renderer -------------------------------------------------------------------------------
 
@@ -123,11 +102,13 @@ class CUDARenderer(Renderer):
 
     target = "cuda"
     header = ("import math", "import numpy as np", "from numba import cuda",
-              "from numba.extending import register_jitable",
               "from texpr_ad.kernels.numba_cuda import device_copy, launch, zeros")
-    # not cuda.jit(device=True): calling a device dispatcher compiles it for the *current*
-    # device, which needs a GPU even in compile_ptx; register_jitable inlines on any target
-    helper_decorator = "@register_jitable"
+    # No helper functions: calling a device function (cuda.jit(device=True), and also
+    # register_jitable) compiles it for the *current* device, so compile_ptx would need a GPU.
+    # Helpers are written as expressions instead (LLVM removes the repeated subexpressions).
+    helper_decorator = ""
+    # a data-dependent index out of bounds sets err[0] (and reads element 0 instead)
+    check_index = "({i} if 0 <= {i} < {n} else cuda.atomic.max({err}, 0, 1) * 0)"
     kernel_decorator = "@cuda.jit"
     parallel_loop = ("for {var} in range(cuda.grid(1), {extent}, cuda.gridsize(1)):",)
     block_loop = ("for {var} in range(cuda.blockIdx.x, {extent}, cuda.gridDim.x):",)
@@ -196,16 +177,6 @@ class _CudaRender(_Render):
                 for t in p.outputs]
         out = [f"# generated by texpr_ad ({self.r.target}); outputs: "
                f"{', '.join(t.name for t in p.outputs)}", *self.r.header]
-        for t in ("float32", "float64"):
-            out.append(_HELPER_TEMPLATE.format(t=t).rstrip())
-        out.append(_INT_SIGN.rstrip())
-        if self.any_check:
-            out += ["", "", self.r.helper_decorator,
-                    f"def {CHECK_NAME}(i, n, {ERR_NAME}):",
-                    "    if i < 0 or i >= n:",
-                    f"        {ERR_NAME}[0] = 1",
-                    "        return 0",
-                    "    return i"]
         for k in kernels:
             out += ["", "", self.r.kernel_decorator,
                     f"def {k.name}({', '.join(a[0] for a in k.args)}):", *k.lines]
@@ -224,6 +195,21 @@ class _CudaRender(_Render):
         else:
             pairs = [(t, b.dtype) for t, b in zip(st.tensors, st.bodies, strict=True) if t is not None]
         return [(t, d if d != "bool" else "bool_") for t, d in pairs]
+
+    def check(self, i: str, n: str) -> str:
+        self.checked = self.any_check = True
+        return self.r.check_index.format(i=i if _atom(i) else f"({i})", n=n, err=ERR_NAME)
+
+    def expr(self, e: Expr, env: dict[Expr, str]) -> str:
+        if isinstance(e, Read) and any(isinstance(x, Read) for i in e.indices for x in walk(i)):
+            parts = []
+            for d, i in enumerate(e.indices):
+                s = top(super().expr(i, env))
+                if any(isinstance(x, Read) for x in walk(i)):
+                    s = self.check(s, f"{self.tensor(e.tensor)}.shape[{d}]")
+                parts.append(s)
+            return f"{self.tensor(e.tensor)}[{', '.join(parts)}]"
+        return super().expr(e, env)
 
     # -- compute stages ---------------------------------------------------------------------
     def compute(self, st: ComputeStage) -> str:  # type: ignore[override]
@@ -345,8 +331,7 @@ class _CudaRender(_Render):
         for d, i in enumerate(st.index):
             s = top(self.expr(i, {}))
             if not (d == st.parallel_dim or isinstance(i, IterVar)):
-                s = f"{CHECK_NAME}({s}, {self.tensor(st.tensor)}.shape[{d}], {ERR_NAME})"
-                self.checked = self.any_check = True
+                s = self.check(s, f"{self.tensor(st.tensor)}.shape[{d}]")
             idx.append(s)
         value = top(self.expr(st.value, {}))
         if how == "atomic":

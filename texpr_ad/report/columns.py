@@ -123,7 +123,7 @@ def col_grad(run: OpRun) -> Result:
         return d
     r = run.grad
     if r.status == "zero":
-        return Result("zero", r.figure, "exact zero, confirmed numerically")
+        return Result("zero", r.figure, "exact zero, confirmed numerically", {"text": "exact"})
     return r
 
 
@@ -138,7 +138,7 @@ def col_work(run: OpRun) -> Result:
     except Exception as e:  # noqa: BLE001
         return Result("fail", None, f"work: {type(e).__name__}: {e}"[:400])
     if d.strategy == "zero":
-        return Result("zero", ratio, "no work beyond a zero fill")
+        return Result("zero", ratio, "no work beyond a zero fill", {"text": ""})
     if ratio > WORK_BUDGET:
         return Result("fail", ratio, f"adjoint costs {ratio:.1f}x the forward "
                                      f"(budget {WORK_BUDGET:g}x)")
@@ -284,7 +284,8 @@ _DOCS = {  # fn docstrings for columns built by factories
 
 
 def column_doc(c: Column) -> str:
-    return _DOCS.get(c.key) or c.doc
+    """One line saying what the column checks (no trailing period)."""
+    return (_DOCS.get(c.key) or c.doc).rstrip(".")
 
 
 def select_columns(targets: str) -> list[Column]:
