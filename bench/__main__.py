@@ -14,6 +14,9 @@ Compile times: "cold" builds every kernel in a fresh subprocess with an empty
 `TEXPR_CACHE_DIR`; "warm" does it again in a second process sharing the folder.
 Each is (derive + plan + render + compile + first call) minus one steady call.
 
+Timings of texpr_ad and torch are interleaved call by call, so both see the same
+machine load; "ratio" uses the medians, "(min)" the fastest runs.
+
 Options: --only NAME[,NAME], --repeat N, --target cpu|cuda, --quick, --no-compile.
 """
 from __future__ import annotations
@@ -29,9 +32,14 @@ import tempfile
 import time
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 THREADS = 2
+# OpenBLAS (behind np.matmul, the contraction -> BLAS path) runs single-threaded by default:
+# its own worker threads beside Numba's and torch's two thrash a 2-core machine (measured 50x
+# slowdowns); set OPENBLAS_NUM_THREADS to override.
+for _v in ("OPENBLAS_NUM_THREADS",):
+    os.environ.setdefault(_v, "1")
+
+import numpy as np  # noqa: E402
 
 
 def _set_threads() -> None:
@@ -50,6 +58,21 @@ def _median_time(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> float:
         fn()
         ts.append(time.perf_counter() - t0)
     return statistics.median(ts)
+
+
+def _paired_times(f: Callable[[], Any], g: Callable[[], Any], repeat: int,
+                  warmup: int = 2) -> tuple[float, float, float, float]:
+    """(median f, median g, min f, min g), calls interleaved so both see the same machine load."""
+    for _ in range(warmup):
+        f()
+        g()
+    tf, tg = [], []
+    for _ in range(repeat):
+        for fn, ts in ((f, tf), (g, tg)):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    return statistics.median(tf), statistics.median(tg), min(tf), min(tg)
 
 
 def _rel_err(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> float:
@@ -94,8 +117,7 @@ def _torch_side(w: Any, g: np.ndarray, repeat: int) -> dict[str, Any]:
     def bwd_only() -> Any:
         return torch.autograd.grad(y, diff, gt, retain_graph=True)
 
-    return {"fwd_t": _median_time(fwd, repeat), "bwd_t": _median_time(vjp, repeat),
-            "bwd_only_t": _median_time(bwd_only, repeat),
+    return {"fwd": fwd, "bwd": vjp, "bwd_only_t": _median_time(bwd_only, repeat),
             "y": fwd().detach().numpy(), "grads": [x.numpy() for x in vjp()]}
 
 
@@ -113,7 +135,7 @@ def run_workload(name: str, quick: bool, repeat: int, target: str) -> dict[str, 
     row: dict[str, Any] = {"name": name}
     g = _head(tuple(int(s.value) for s in w.output.shape))
     ref = _torch_side(w, g, repeat)
-    row.update(torch_fwd=ref["fwd_t"], torch_bwd=ref["bwd_t"], torch_bwd_only=ref["bwd_only_t"])
+    row.update(torch_bwd_only=ref["bwd_only_t"])
     try:
         fwd, bwd, _ = _texpr_kernels(w, target)
     except Exception as e:  # noqa: BLE001 - a target that cannot build is reported, not fatal
@@ -123,8 +145,9 @@ def run_workload(name: str, quick: bool, repeat: int, target: str) -> dict[str, 
         return row
     args = w.arrays
     gargs = (*w.arrays, g.reshape(tuple(int(s.value) for s in w.output.shape)))
-    row["fwd"] = _median_time(lambda: fwd(*args), repeat)
-    row["bwd"] = _median_time(lambda: bwd(*gargs), repeat)
+    for d, k, a in (("fwd", fwd, args), ("bwd", bwd, gargs)):
+        row[d], row[f"torch_{d}"], row[f"{d}_min"], row[f"torch_{d}_min"] = _paired_times(
+            lambda k=k, a=a: k(*a), ref[d], repeat)
     row["fwd_err"] = _rel_err(fwd(*args), [ref["y"]])
     row["bwd_err"] = _rel_err(bwd(*gargs), ref["grads"])
     return row
@@ -187,7 +210,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 HEADER = (f"{'workload':<18} {'dir':<4} {'texpr ms':>9} {'torch ms':>9} {'ratio':>6} "
-          f"{'max rel err':>11} {'jax ms':>7} {'cold s':>7} {'warm s':>7}")
+          f"{'(min)':>6} {'max rel err':>11} {'jax ms':>7} {'cold s':>7} {'warm s':>7}")
 
 
 def _sec(t: float | None) -> str:
@@ -201,7 +224,8 @@ def print_row(r: dict[str, Any], comp: dict[str, dict[str, float]], jax: bool) -
     c = comp.get(r["name"], {})
     for d in ("fwd", "bwd"):
         print(f"{r['name'] if d == 'fwd' else '':<18} {d:<4} {_ms(r[d])} {_ms(r[f'torch_{d}'])} "
-              f"{_ratio(r[d], r[f'torch_{d}'])} {r[f'{d}_err']:11.1e} "
+              f"{_ratio(r[d], r[f'torch_{d}'])} {_ratio(r[f'{d}_min'], r[f'torch_{d}_min'])} "
+              f"{r[f'{d}_err']:11.1e} "
               f"{'-' if jax else 'n/a':>7} {_sec(c.get(f'cold_{d}'))} {_sec(c.get(f'warm_{d}'))}")
     print(f"{'':<18} {'':<4} (torch backward pass alone: {_ms(r['torch_bwd_only']).strip()} ms)",
           flush=True)

@@ -241,10 +241,11 @@ def test_data_dependent_reduce_bounds_render_as_range():
     assert "for t in range(max((j - 3), 0), min(j, 26) + 1):" in src
 
 
-def test_cuda_target_not_yet():
+def test_cuda_target_without_gpu_or_simulator_is_a_clear_error():
     from texpr_ad.kernels import build
+    from texpr_ad.kernels.numba_cuda import CudaUnavailableError
     A, W, Y = matmul()
-    with pytest.raises(NotImplementedError, match="cuda"):
+    with pytest.raises(CudaUnavailableError, match="NUMBA_ENABLE_CUDASIM"):
         build([Y], [A, W], target="cuda")
 
 

@@ -20,7 +20,7 @@ class CPURenderer(Renderer):
     """
 
     target = "cpu"
-    header = ("import math", "import numpy as np", "from numba import njit, prange")
+    header = ("import math", "import numpy as np", "from numba import njit, objmode, prange")
     helper_decorator = "@njit(cache=True)"
     kernel_decorator_parallel = ("@njit(parallel={'fusion': False}, error_model='numpy', "
                                  "cache=True)")

@@ -54,7 +54,8 @@ def _integral(fn: str) -> Rule:
         x = a[0]
         if not e.dtype.startswith("float"):
             return x
-        return f"(np.{e.dtype}(math.{fn}({x})) if abs({x}) < {_BIG} else {x})"
+        call = f"math.{fn}({x})" if fn != "trunc" else f"np.int64({x})"  # np.float32 lacks __trunc__
+        return f"(np.{e.dtype}({call}) if abs({x}) < {_BIG} else {x})"
     return rule
 
 
@@ -82,6 +83,10 @@ CUDA_RULES: dict[Op, Rule] = {
     **EXPR_RULES,
     Op.FLOORDIV: lambda e, a: (_integral("floor")(e, [f"({a[0]} / {a[1]})"])
                                if e.dtype.startswith("float") else f"({a[0]} // {a[1]})"),
+    # builtin min/max and int() go through device functions, which compile_ptx cannot build
+    # without a GPU (see helper_decorator); the ufuncs inline (and propagate NaN like the CPU)
+    Op.MIN: lambda e, a: f"np.minimum({a[0]}, {a[1]})",
+    Op.MAX: lambda e, a: f"np.maximum({a[0]}, {a[1]})",
     Op.EXP: _math("exp"), Op.LOG: _math("log"), Op.LOG1P: _math("log1p"), Op.SQRT: _math("sqrt"),
     Op.RSQRT: lambda e, a: f"({_one(e.dtype)} / math.sqrt({a[0]}))",
     Op.TANH: _math("tanh"),

@@ -312,6 +312,12 @@ class _Render:
             if t is not None:
                 self.emit(1, f"{self.tensor(t)} = np.empty({self.shape([a.extent for a in st.axes])}, "
                              f"dtype=np.{b.dtype if b.dtype != 'bool' else 'bool_'})")
+        if st.contraction is not None:
+            self.contraction(st)
+            return
+        if st.accumulate is not None:
+            self.accumulate(st)
+            return
         depth = 1
         serial = st.order
         if st.parallel and st.fused:
@@ -322,7 +328,10 @@ class _Render:
             depth += 1
         env: dict[Expr, str] = {}
         for red in _reduce_groups(st.bodies):
-            self.reduction(depth, red, env, st.name)
+            if st.lanes > 1:
+                self.lane_reduction(depth, red, env, st.name, st.lanes)
+            else:
+                self.reduction(depth, red, env, st.name)
         idx = [self.axis(a) for a in st.axes]
         for t, b in zip(st.tensors, st.bodies, strict=True):
             if t is not None:
@@ -350,6 +359,42 @@ class _Render:
         for g in groups:
             env[g] = accs[g.value_index]
 
+    def lane_reduction(self, depth: int, groups: list[Reduce], env: dict[Expr, str], stage: str,
+                       lanes: int) -> None:
+        """A single-valued reduction whose innermost loop is unrolled into `lanes` accumulators."""
+        r = groups[0]
+        comb = r.combiner
+        ident = top(self.expr(comb.identity[0], {}))
+        accs = [self.names.fresh(f"{stage}_acc{u}") for u in range(lanes)]
+        for a in accs:
+            self.emit(depth, f"{a} = {ident}")
+        d = depth
+        for ax in r.axis[:-1]:
+            self.range_loop(d, ax, env)
+            d += 1
+        k = r.axis[-1]
+        lo, ext = int(k.lo.value), int(k.extent.value)  # type: ignore[attr-defined]
+        main = ext - ext % lanes
+        kk = self.names.fresh(f"{self.axis(k)}_u")
+        self.emit(d, f"for {kk} in range({lo}, {lo + main}, {lanes}):")
+        for u, a in enumerate(accs):
+            lenv = {**env, k: f"({kk} + {u})" if u else kk}
+            self.combine(d + 1, comb, [a], [self.expr(r.source[0], lenv)], [a], stage)
+        if main < ext:
+            self.emit(d, f"for {self.axis(k)} in range({lo + main}, {lo + ext}):")
+            self.combine(d + 1, comb, [accs[0]], [self.expr(r.source[0], env)], [accs[0]], stage)
+        level = accs
+        while len(level) > 1:  # pairwise: ((a0 + a1) + (a2 + a3)) + ...
+            nxt = []
+            for p in range(0, len(level), 2):
+                self.combine(depth, comb, [level[p]], [level[p + 1]], [level[p]], stage)
+                nxt.append(level[p])
+            level = nxt
+        if r.init:
+            self.combine(depth, comb, [self.expr(r.init[0], env)], [accs[0]], [accs[0]], stage)
+        for g in groups:
+            env[g] = accs[0]
+
     def combine(self, depth: int, comb: CommReducer, lhs: list[str], rhs: list[str], dest: list[str],
                 stage: str) -> None:
         """`dest = combine(lhs, rhs)`; operands used more than once go through temporaries."""
@@ -365,6 +410,128 @@ class _Render:
         res = [self.expr(x, cenv) for x in comb.result]
         res = [top(res[0])] if len(res) == 1 else res
         self.emit(depth, f"{', '.join(dest)} = {', '.join(res)}")
+
+    # -- CPU strategies: BLAS contractions, row accumulation, split reductions ----------------
+    def contraction(self, st: ComputeStage) -> None:
+        """`np.matmul` on permuted/reshaped views, in object mode (BLAS through NumPy)."""
+        c = st.contraction
+        assert c is not None
+        out = self.tensor(st.tensors[0])  # type: ignore[arg-type]
+        bs, ms, ks, ns = (top(self.expr(x, {})) for x in c.sizes)
+        self.emit(1, "with objmode():")
+        ops = []
+        for t, perm, shp in ((c.a, c.a_perm, (bs, ms, ks)), (c.b, c.b_perm, (bs, ks, ns))):
+            v = self.names.fresh(f"{st.name}_{'a' if not ops else 'b'}")
+            src = self.tensor(t) if t.ndim else f"{self.tensor(t)}.reshape(())"
+            if perm != tuple(range(len(perm))):
+                src = f"{src}.transpose({perm!r})"
+            self.emit(2, f"{v} = {src}.reshape(({', '.join(shp)}))")
+            ops.append(v)
+        res = self.names.fresh(f"{st.name}_c")
+        if c.out_perm is None:
+            self.emit(2, f"{res} = {out}.reshape(({bs}, {ms}, {ns}))")
+        else:
+            self.emit(2, f"{res} = np.empty(({bs}, {ms}, {ns}), dtype={out}.dtype)")
+        # one BLAS call per batch entry (NumPy's stacked matmul may not reach BLAS)
+        q = self.names.fresh(f"{st.name}_q")
+        self.emit(2, f"for {q} in range({bs}):")
+        self.emit(3, f"np.matmul({ops[0]}[{q}], {ops[1]}[{q}], out={res}[{q}])")
+        if c.out_perm is not None:
+            self.emit(2, f"{out}[...] = {res}.reshape({self.shape(c.bmn_shape)})"
+                         f".transpose({c.out_perm!r})")
+
+    def accumulate(self, st: ComputeStage) -> None:
+        """Row accumulation (reduction loops outside the row axis) and/or split partial results."""
+        acc_plan = st.accumulate
+        assert acc_plan is not None
+        red = _reduce_groups(st.bodies)[0]
+        r = red[0]
+        comb = r.combiner
+        dtype = r.dtype if r.dtype != "bool" else "bool_"
+        ident = top(self.expr(comb.identity[0], {}))
+        row, split = acc_plan.row, acc_plan.split
+        idx = [self.axis(a) for a in st.axes]
+        outer = [a for a in st.order if a is not row]
+
+        def fold(depth: int, acc_at: Callable[[], str], axes: Sequence[IterVar]) -> None:
+            """acc = combine(acc, source) over `axes` (then the row axis, if any, innermost)."""
+            d = depth
+            for ax in axes:
+                self.range_loop(d, ax, {})
+                d += 1
+            if row is not None:
+                self.range_loop(d, row, {})
+                d += 1
+            if not (isinstance(r.condition, Const) and r.condition.value is True):
+                self.emit(d, f"if {top(self.expr(r.condition, {}))}:")
+                d += 1
+            a = acc_at()
+            self.combine(d, comb, [a], [self.expr(r.source[0], {})], [a], st.name)
+
+        def finish(depth: int, acc: str) -> None:
+            """Apply init and store every body with the reduction replaced by `acc`."""
+            if r.init:
+                self.combine(depth, comb, [self.expr(r.init[0], {})], [acc], [acc], st.name)
+            env: dict[Expr, str] = {g: acc for g in red}
+            for t, b in zip(st.tensors, st.bodies, strict=True):
+                if t is not None:
+                    self.emit(depth, f"{self.index(t, idx)} = {top(self.expr(b, env))}")
+
+        if split is None:  # row accumulation in a local array, prange over the outer axes
+            depth, serial = 1, outer
+            if st.parallel and st.fused:
+                depth = self.parallel_nest(depth, st.order[: st.fused], st.name)
+                serial = outer[st.fused:]
+            for a in serial:
+                self.range_loop(depth, a, {})
+                depth += 1
+            acc = self.names.fresh(f"{st.name}_row")
+            self.emit(depth, f"{acc} = np.empty({top(self.expr(row.extent, {}))}, dtype=np.{dtype})")  # type: ignore[union-attr]
+            self.range_loop(depth, row, {})  # type: ignore[arg-type]
+            self.emit(depth + 1, f"{acc}[{self.axis(row)}] = {ident}")  # type: ignore[arg-type]
+            fold(depth, lambda: f"{acc}[{self.axis(row)}]", r.axis)  # type: ignore[arg-type]
+            self.range_loop(depth, row, {})  # type: ignore[arg-type]
+            v = self.names.fresh(f"{st.name}_acc")
+            self.emit(depth + 1, f"{v} = {acc}[{self.axis(row)}]")  # type: ignore[arg-type]
+            finish(depth + 1, v)
+            return
+        # split: partial results part[c, *axes], one prange iteration per chunk
+        n = int(split.extent.value)  # type: ignore[attr-defined]
+        chunks = acc_plan.chunks
+        size = -(-n // chunks)
+        part = self.names.fresh(f"{st.name}_part")
+        pshape = [top(self.expr(a.extent, {})) for a in st.axes]
+        self.emit(1, f"{part} = np.empty(({chunks}, {', '.join(pshape)}), dtype=np.{dtype})")
+        c = self.names.fresh(f"{st.name}_c")
+        self.parallel_head(1, c, str(chunks))
+        depth = 2
+        for a in (o for o in st.order if o is not row):
+            self.range_loop(depth, a, {})
+            depth += 1
+        at = f"{part}[{', '.join([c, *idx])}]"
+        if row is not None:
+            self.range_loop(depth, row, {})
+            self.emit(depth + 1, f"{at} = {ident}")
+        else:
+            self.emit(depth, f"{at} = {ident}")
+        s = self.axis(split)
+        lo = self.expr(split.lo, {})
+        base = f"{lo} + " if not _is_zero(split.lo) else ""
+        self.emit(depth, f"for {s} in range({base}{c} * {size}, {base}min({c} * {size} + {size}, {n})):")
+        fold(depth + 1, lambda: at, r.axis[1:])
+        # combine the partial results
+        depth = 1
+        if st.order:
+            depth = self.parallel_nest(1, st.order[:1], st.name)
+            for a in st.order[1:]:
+                self.range_loop(depth, a, {})
+                depth += 1
+        v = self.names.fresh(f"{st.name}_acc")
+        self.emit(depth, f"{v} = {part}[{', '.join(['0', *idx])}]")
+        k = self.names.fresh(f"{st.name}_k")
+        self.emit(depth, f"for {k} in range(1, {chunks}):")
+        self.combine(depth + 1, comb, [v], [f"{part}[{', '.join([k, *idx])}]"], [v], st.name)
+        finish(depth, v)
 
     # -- scatter stages -----------------------------------------------------------------------------
     def scatter(self, st: ScatterStage) -> None:
@@ -429,6 +596,10 @@ def _reduce_groups(bodies: Sequence[Expr]) -> list[list[Reduce]]:
 
 
 def _describe(st: ComputeStage) -> str:
+    if st.contraction is not None:
+        return st.contraction.describe()
+    if st.accumulate is not None:
+        return st.accumulate.describe()
     loops = ("serial" if not st.parallel else
              f"prange over {' * '.join(a.name for a in st.order[: st.fused])}")
     red = "; reduction" if _reduce_groups(st.bodies) else ""

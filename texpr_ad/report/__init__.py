@@ -4,6 +4,22 @@ from .columns import COLUMNS, Column, select_columns
 from .coverage import LEGEND, SCHEMA, Report, run_coverage
 from .render import render_html, render_json, render_markdown, render_table
 
-__all__ = ["COLUMNS", "Column", "LEGEND", "Report", "Result", "SCHEMA", "check_forward",
-           "check_grad", "cpu_runner", "derive", "interp_runner", "render_html", "render_json",
-           "render_markdown", "render_table", "run_coverage", "select_columns"]
+__all__ = [
+           "COLUMNS",
+           "LEGEND",
+           "SCHEMA",
+           "Column",
+           "Report",
+           "Result",
+           "check_forward",
+           "check_grad",
+           "cpu_runner",
+           "derive",
+           "interp_runner",
+           "render_html",
+           "render_json",
+           "render_markdown",
+           "render_table",
+           "run_coverage",
+           "select_columns",
+]

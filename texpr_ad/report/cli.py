@@ -52,16 +52,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = p.parse_args(argv)
     try:
-        match args.cmd:
-            case "coverage":
-                return cmd_coverage(args)
-            case "show":
-                return cmd_show(args)
-            case "grad":
-                return cmd_grad(args)
+        return _dispatch(args)
     except UsageError as e:
         print(f"texpr-ad {args.cmd}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `texpr-ad show conv2d | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    match args.cmd:
+        case "coverage":
+            return cmd_coverage(args)
+        case "show":
+            return cmd_show(args)
+        case "grad":
+            return cmd_grad(args)
     return 2
 
 
@@ -139,7 +146,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _describe(outputs: list[Any], inputs: list[Any], wrt: list[Any], show_source: bool) -> int:
-    """Print forward, adjoints, plans and sources; returns 0."""
+    """Print the forward, the adjoints, then the plans and sources of both kernels; returns 0."""
     from .. import te
     from ..deriv import grad
     from ..kernels import build
@@ -148,31 +155,27 @@ def _describe(outputs: list[Any], inputs: list[Any], wrt: list[Any], show_source
     print(_banner("forward"))
     for o in outputs:
         print(str(o))
-    fwd = build(outputs, inputs, target="cpu")
-    print(_banner("forward plan"))
-    print(fwd.plan)
-    if show_source:
-        print(_banner("forward kernel source"))
-        print(fwd.source)
     outs = [o for o in outputs if dt.is_float(o.dtype)]
-    if not wrt or not outs:
-        print(_banner("adjoints"))
-        print("not differentiable: " + ("no float input" if not wrt else "no float output"))
-        return 0
-    heads = [te.placeholder(o.shape, o.dtype, name=f"d{o.name}") for o in outs]
-    grads = grad(outs, wrt, head=heads)
+    kernels = [("forward", build(outputs, inputs, target="cpu"))]
     print(_banner("adjoints"))
-    for x, gx in zip(wrt, grads, strict=True):
-        print(f"# d{x.name}")
-        print("zero (no dependence)" if gx is None else str(gx))
-    live = [gx for gx in grads if gx is not None]
-    if live:
-        bwd = build(live, inputs + heads, target="cpu")
-        print(_banner("adjoint plan"))
-        print(bwd.plan)
-        if show_source:
-            print(_banner("adjoint kernel source"))
-            print(bwd.source)
+    if not wrt or not outs:
+        print("not differentiable: " + ("no float input" if not wrt else "no float output"))
+    else:
+        heads = [te.placeholder(o.shape, o.dtype, name=f"d{o.name}") for o in outs]
+        grads = grad(outs, wrt, head=heads)
+        for x, gx in zip(wrt, grads, strict=True):
+            print(f"# d{x.name}")
+            print("zero (no dependence)" if gx is None else str(gx))
+        live = [gx for gx in grads if gx is not None]
+        if live:
+            kernels.append(("adjoint", build(live, inputs + heads, target="cpu")))
+    for what, k in kernels:
+        print(_banner(f"{what} plan"))
+        print(k.plan)
+    if show_source:
+        for what, k in kernels:
+            print(_banner(f"{what} kernel source"))
+            print(k.source)
     return 0
 
 

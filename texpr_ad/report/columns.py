@@ -207,7 +207,7 @@ def _torch_check(run: OpRun) -> tuple[Result, Result]:
 
 
 def _best_time(fn: Callable[[], object], repeat: int = 7) -> float:
-    """Fastest of `repeat` calls after a warm-up (tiny kernels: the minimum is the stable figure)."""
+    """Fastest of `repeat` calls after a warm-up (tiny kernels: the minimum is stable)."""
     fn()
     best = float("inf")
     for _ in range(repeat):

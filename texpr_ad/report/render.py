@@ -62,10 +62,10 @@ def _md_escape(s: str) -> str:
 
 def render_markdown(report: Report) -> str:
     env = report.environment
-    out = ["# texpr_ad operator coverage", "",
-           f"Generated {report.generated} in {report.elapsed_s:.1f} s "
-           f"({env.get('jobs')} jobs; Python {env.get('python')}, numba {env.get('numba')}, "
-           f"torch {env.get('torch') or 'absent'}, tvm {env.get('tvm') or 'absent'}).", "",
+    meta = (f"Generated {report.generated} in {report.elapsed_s:.1f} s "
+            f"(jobs: {env.get('jobs')}; Python {env.get('python')}, numba {env.get('numba')}, "
+            f"torch {env.get('torch') or 'absent'}, tvm {env.get('tvm') or 'absent'}).")
+    out = ["# texpr_ad operator coverage", "", meta, "",
            "| status | meaning |", "| --- | --- |"]
     out += [f"| {v.symbol} {v.label} | {_md_escape(v.description)} |" for v in LEGEND.values()]
     out += ["", "| column | what it checks |", "| --- | --- |"]
@@ -109,7 +109,6 @@ thead th{position:sticky;top:0;background:#333;color:#fff;font-weight:600;z-inde
 td.op{font-family:ui-monospace,Menlo,monospace;background:#f4f4f4}
 td.cat{color:#777;background:#f4f4f4;text-align:center}
 td.c{text-align:center;font-family:ui-monospace,Menlo,monospace;font-size:12px}
-tr.catrow td{background:#fff;border:none;padding-top:10px;font-weight:700;color:#444}
 .legend{display:flex;flex-wrap:wrap;gap:6px;margin:8px 0 12px}
 .legend span{padding:3px 8px;border-radius:4px}
 .counts td,.counts th{padding:2px 8px;border:1px solid #ddd;text-align:right}
@@ -131,11 +130,11 @@ def render_html(report: Report) -> str:
     parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
              "<title>texpr_ad operator coverage</title>", f"<style>{_CSS}</style></head><body>",
              "<h1>texpr_ad operator coverage</h1>",
-             f"<div class='meta'>generated {e(report.generated)} in {report.elapsed_s:.1f} s · "
-             f"{env.get('jobs')} jobs · Python {e(str(env.get('python')))} · numba "
-             f"{e(str(env.get('numba')))} · torch {e(str(env.get('torch') or 'absent'))} · "
-             f"tvm {e(str(env.get('tvm') or 'absent'))}</div>",
-             f"<div class='summary {'good' if ok else 'bad'}'>{e(report.summary_line())}</div>",
+             (f"<div class='meta'>generated {e(report.generated)} in {report.elapsed_s:.1f} s · "
+              f"jobs: {env.get('jobs')} · Python {e(str(env.get('python')))} · numba "
+              f"{e(str(env.get('numba')))} · torch {e(str(env.get('torch') or 'absent'))} · "
+              f"tvm {e(str(env.get('tvm') or 'absent'))}</div>"),
+             f"<div class='summary {'good' if ok else 'bad'}'>{e(report.verdict_line())}</div>",
              "<div class='legend'>"]
     parts += [f"<span style='{_style(k)}' title='{e(v.description)}'>{e(v.symbol)} "
               f"{e(v.label)}</span>" for k, v in LEGEND.items()]
@@ -172,8 +171,9 @@ def render_html(report: Report) -> str:
     parts.append("<h2>Columns</h2><ul>")
     for c in report.columns:
         why = report.na_reasons.get(c.key)
+        na = e(f" — n/a: {why}") if why else ""
         parts.append(f"<li><b>{e(c.title)}</b>: {e(column_doc(c))}"
-                     f"{' (gating)' if c.gating else ''}{e(f' — n/a: {why}') if why else ''}</li>")
+                     f"{' (gating)' if c.gating else ''}{na}</li>")
     parts.append("</ul></body></html>\n")
     return "\n".join(parts)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..te.expr import Expr, IterVar, Var
+from ..te.expr import Const, Expr, IterVar, Var
 from ..te.printer import expr_str
 from ..te.tensor import Tensor, shape_str
 
@@ -29,6 +29,55 @@ class Inline:
     stage: str
     into: str
     reason: str
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """A stage `O[axes] = sum_K A[..] * B[..]` run as one (batched) matrix product (BLAS).
+
+    `a_perm`/`b_perm` permute the operands' dims to (batch, M, K) and (batch, K, N);
+    `sizes` are the flattened (batch, M, K, N) extents; `out_perm` (None: identity)
+    permutes the (batch, M, N) result to the output's axis order.
+    """
+
+    a: Tensor
+    b: Tensor
+    a_perm: tuple[int, ...]
+    b_perm: tuple[int, ...]
+    sizes: tuple[Expr, Expr, Expr, Expr]
+    bmn_shape: tuple[Expr, ...]
+    out_perm: tuple[int, ...] | None
+
+    def describe(self) -> str:
+        b, m, k, n = (str(x.value) if isinstance(x, Const) else expr_str(x) for x in self.sizes)
+        return (f"contraction -> BLAS: {self.a.name} ({b} x {m} x {k}) @ {self.b.name} "
+                f"({b} x {k} x {n}) as np.matmul")
+
+
+@dataclass(frozen=True)
+class Accumulate:
+    """How a stage's reduction accumulates, when not in a scalar per output point.
+
+    `row`: the reduction loops run outside the innermost data axis `row`, folding a
+    whole row into a local array (k-i-j order), so reads stream along `row`.
+    `split`: the reduction axis `split` is cut into `chunks` parallel partial results
+    (one per chunk, for every output point), combined afterwards; used when the
+    output is too small to parallelize over.
+    """
+
+    row: IterVar | None
+    split: IterVar | None
+    chunks: int
+
+    def describe(self) -> str:
+        parts = []
+        if self.row is not None:
+            parts.append(f"reduction loops outside {self.row.name}, accumulating whole rows "
+                         f"(contiguous reads along {self.row.name})")
+        if self.split is not None:
+            parts.append(f"{self.split.name} split into {self.chunks} parallel partial "
+                         f"results, combined afterwards")
+        return "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -51,6 +100,9 @@ class ComputeStage:
     reduction: tuple[str, ...]
     inlined: tuple[str, ...]
     notes: tuple[str, ...]
+    contraction: Contraction | None = None  # CPU only: run as a BLAS matrix product
+    accumulate: Accumulate | None = None  # CPU only: row accumulation / split partial sums
+    lanes: int = 1  # CPU only: the innermost reduction loop folds into this many accumulators
 
     @property
     def parallel_axes(self) -> tuple[IterVar, ...]:
@@ -134,8 +186,16 @@ def _stage_lines(s: Stage) -> list[str]:
             shape = shape_str(tuple(a.extent for a in s.axes))
             head = (f"stage {s.name} [{role}, materialized] compute {shape} "
                     + ", ".join(b.dtype for b in s.bodies))
-            out = [head, f"  loops: {_loops(s)}"]
+            if s.contraction is not None:
+                out = [head, f"  loops: none: {s.contraction.describe()}"]
+            else:
+                out = [head, f"  loops: {_loops(s)}"]
             out += [f"  reduction: {r}" for r in s.reduction] or ["  reduction: none"]
+            if s.accumulate is not None:
+                out.append(f"  accumulate: {s.accumulate.describe()}")
+            if s.lanes > 1:
+                out.append(f"  lanes: the innermost reduction loop is unrolled into {s.lanes} "
+                           f"independent accumulators, combined pairwise at the end")
         case ScatterStage():
             head = (f"stage {s.name} [{role}, materialized] scatter-add into zeros"
                     f"{shape_str(s.shape)} {s.tensor.dtype}")

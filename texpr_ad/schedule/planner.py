@@ -18,9 +18,20 @@ Steps, each a small function below:
                    equals exactly (an injective map, so no two iterations hit the same
                    element); otherwise serially.
 
+6. `_contraction` (CPU) - a stage `sum_K A[..] * B[..]` whose indices are plain axes
+                   covering whole operand dims (matmul, dense, batch_matmul and their
+                   adjoints) runs as one batched `np.matmul` (BLAS, called in Numba object
+                   mode), when its static size is at least `MIN_BLAS_WORK` multiply-adds.
+7. `_accumulate` (CPU) - a reduction whose reads stream along the innermost data axis
+                   but not along the reduction accumulates whole rows (k-i-j order); a
+                   reduction with too few output points to parallelize over is split into
+                   parallel partial results over its outermost axis, combined afterwards.
+
 Overrides (`build(..., plan_overrides={stage: {key: value}})`), keys in `OVERRIDE_KEYS`:
 `inline` (bool; True only where legal), `parallel` (bool), `fuse` (int, leading axes of
-the order flattened into the prange), `order` (list of the stage's axis names).
+the order flattened into the prange), `order` (list of the stage's axis names),
+`blas` (bool: False keeps a contraction in loops), `accumulate` (bool: False keeps the
+scalar accumulator per output point).
 """
 from __future__ import annotations
 
@@ -29,15 +40,21 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from ..te.dag import topo_order
-from ..te.expr import Const, Expr, IterVar, Read, Reduce, Var
+from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, Var, const
+from ..te.ops import Op
 from ..te.printer import expr_str
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
 from ..te.visit import children, substitute, transform, walk
-from .plan import ComputeStage, Inline, Plan, ScatterStage, Stage
+from .plan import Accumulate, ComputeStage, Contraction, Inline, Plan, ScatterStage, Stage
 
 MIN_PARALLEL_WORK = 1024  # stages with fewer known point*reduction iterations run serially
 MIN_PARALLEL_CHUNKS = 64  # fuse leading axes until the prange has this many iterations
-OVERRIDE_KEYS = {"compute": {"inline", "parallel", "fuse", "order"},
+MIN_BLAS_WORK = 4096  # contractions with fewer multiply-adds stay in loops
+SPLIT_MAX_POINTS = 1 << 16  # split a reduction only if its output has at most this many points
+SPLIT_MIN_WORK = 1 << 15  # ... and it has at least this many iterations
+SPLIT_CHUNKS = 16  # partial results of a split reduction (>= the thread count, for balance)
+LANES = 8  # independent accumulators of a contiguous reduction (breaks the add dependency chain)
+OVERRIDE_KEYS = {"compute": {"inline", "parallel", "fuse", "order", "blas", "accumulate"},
                  "scatter": {"parallel"}}
 
 
@@ -88,6 +105,8 @@ def plan_kernel(outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str
         ov = overrides.get(names[id(op)], {})
         make = _compute_stage if isinstance(op, ComputeOp) else _scatter_stage
         st = make(op, names[id(op)], id(op) in out_ops, expand, ov, tensors_of)  # type: ignore[arg-type]
+        if target == "cpu" and isinstance(st, ComputeStage):
+            st = _cpu_strategies(st, ov)
         if id(op) not in out_ops:
             st = replace(st, notes=(f"materialized: {why_kept[id(op)]}", *st.notes))
         stages.append(st)
@@ -328,6 +347,157 @@ def _compute_stage(op: ComputeOp, name: str, is_output: bool, expand: _Expander,
     return ComputeStage(name, tensors, tuple(op.axis), bodies, order,
                         fused, parallel, is_output, _reduction_notes(bodies, op.axis),
                         expand.names_in(op.body), tuple(notes))
+
+
+# -- 6./7. CPU strategies: BLAS contractions, row accumulation, split reductions ---------------
+
+def _cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
+    loop_keys = {"order", "fuse", "parallel"} & set(ov)
+    if ov.get("blas", not loop_keys):
+        c = _contraction(st)
+        if c is not None:
+            return replace(st, contraction=c, parallel=False, fused=0)
+        if ov.get("blas"):
+            raise ScheduleError(f"stage {st.name!r} is not a contraction sum_k A[..] * B[..] over "
+                                f"plain axes covering whole operand dims; remove the 'blas' override")
+    if ov.get("accumulate", not loop_keys):
+        acc = _accumulate(st)
+        if acc is not None:
+            if acc.split is not None:
+                return replace(st, accumulate=acc, parallel=True, fused=0)
+            return replace(st, accumulate=acc)
+    if ov.get("accumulate", not loop_keys):
+        lanes = _lanes(st)
+        if lanes > 1:
+            return replace(st, lanes=lanes)
+    return st
+
+
+def _lanes(st: ComputeStage) -> int:
+    """LANES if the stage has one single-valued sum/max/min reduction whose innermost axis is
+    static, long, and contiguous in some read (unrolled into independent accumulators: max/min
+    give identical results, sums are reassociated within float rounding), else 1."""
+    reds = {(r.combiner, r.source, r.axis, r.condition, r.init)
+            for b in st.bodies for r in walk(b) if isinstance(r, Reduce)}
+    if len(reds) != 1:
+        return 1
+    comb, src, axes, cond, _ = next(iter(reds))
+    if len(src) != 1 or comb.kind not in ("sum", "max", "min") or src[0].dtype not in (
+            "float32", "float64") or not (isinstance(cond, Const) and cond.value is True):
+        return 1
+    k = axes[-1]
+    if not isinstance(k.lo, Const) or (_const(k.extent) or 0) < 4 * LANES:
+        return 1
+    if any(isinstance(v, IterVar) for a in axes for e in (a.lo, a.extent) for v in walk(e)):
+        return 1
+    reads = [x for x in walk(src[0]) if isinstance(x, Read)]
+    return LANES if any(k in _last_index_axes(x) for x in reads) else 1
+
+
+def _is_zero(e: Expr) -> bool:
+    return isinstance(e, Const) and e.value == 0
+
+
+def _product(exts: Sequence[Expr]) -> Expr:
+    out: Expr = const(1, "int64")
+    for e in exts:
+        if isinstance(out, Const) and isinstance(e, Const):
+            out = const(int(out.value) * int(e.value), "int64")
+        else:
+            out = e if isinstance(out, Const) and out.value == 1 else out * e
+    return out
+
+
+def _single_sum(st: ComputeStage) -> Reduce | None:
+    """The stage's body if it is one unconditional float sum without init, else None."""
+    if len(st.bodies) != 1 or st.tensors[0] is None:
+        return None
+    b = st.bodies[0]
+    if not (isinstance(b, Reduce) and b.combiner.kind == "sum" and len(b.source) == 1
+            and not b.init and isinstance(b.condition, Const) and b.condition.value is True
+            and b.dtype in ("float32", "float64")):
+        return None
+    return b
+
+
+def _contraction(st: ComputeStage) -> Contraction | None:
+    """A (batched) matrix product `O = sum_K A * B`, or None (see the module docstring)."""
+    body = _single_sum(st)
+    if body is None:
+        return None
+    src = body.source[0]
+    if not (isinstance(src, Call) and src.op is Op.MUL
+            and all(isinstance(a, Read) for a in src.args)):
+        return None
+    ra, rb = src.args
+    data, red = tuple(st.axes), tuple(body.axis)
+    for r in (ra, rb):
+        if r.dtype != body.dtype or len(set(r.indices)) != len(r.indices):
+            return None
+        for ix, dim in zip(r.indices, r.tensor.shape, strict=True):
+            if not (isinstance(ix, IterVar) and (ix in data or ix in red) and _is_zero(ix.lo)
+                    and ix.extent.same_as(dim)):
+                return None
+    sa, sb = set(ra.indices), set(rb.indices)
+    if not red or any(k not in sa or k not in sb for k in red):
+        return None
+    if not all(a in sa or a in sb for a in data):
+        return None
+    batch = [a for a in data if a in sa and a in sb]
+    rest = [a for a in data if a not in sa or a not in sb]
+    if rest and rest[0] not in sa:
+        ra, rb, sa, sb = rb, ra, sb, sa
+    m = [a for a in rest if a in sa]
+    n = [a for a in rest if a in sb]
+    work = _work(data, (body,))
+    if work < MIN_BLAS_WORK or math.isinf(work):
+        return None  # small, or symbolic dims (size unknown until the call): loops
+    a_perm = tuple(ra.indices.index(x) for x in (*batch, *m, *red))
+    b_perm = tuple(rb.indices.index(x) for x in (*batch, *red, *n))
+    natural = (*batch, *m, *n)
+    out_perm = None if natural == data else tuple(natural.index(a) for a in data)
+    sizes = tuple(_product([a.extent for a in g]) for g in (batch, m, red, n))
+    return Contraction(ra.tensor, rb.tensor, a_perm, b_perm, sizes,  # type: ignore[arg-type]
+                       tuple(a.extent for a in natural), out_perm)
+
+
+def _last_index_axes(r: Read) -> set[IterVar]:
+    return {x for x in walk(r.indices[-1]) if isinstance(x, IterVar)} if r.indices else set()
+
+
+def _accumulate(st: ComputeStage) -> Accumulate | None:
+    """Row accumulation and/or a split into partial results, or None (scalar accumulators)."""
+    groups = [[x for x in walk(b) if isinstance(x, Reduce)] for b in st.bodies]
+    reds = {(r.combiner, r.source, r.axis, r.condition, r.init) for g in groups for r in g}
+    if len(reds) != 1:
+        return None
+    r = next(x for g in groups for x in g)
+    if len(r.source) != 1 or r.combiner.kind not in ("sum", "max", "min", "prod"):
+        return None
+    if any(isinstance(v, IterVar) for a in r.axis for e in (a.lo, a.extent) for v in walk(e)):
+        return None  # bounds depend on the data axes
+    reads = [x for x in walk(r.source[0]) if isinstance(x, Read)]
+    red = set(r.axis)
+    row = None
+    if st.order and st.order[-1] is st.axes[-1]:
+        j = st.axes[-1]
+        if (_const(j.extent) or 0) >= 16 and reads \
+                and not any(_last_index_axes(x) & red for x in reads) \
+                and any(j in _last_index_axes(x) for x in reads):
+            row = j
+    points = _work(st.axes, ())
+    work = _work(st.axes, st.bodies)
+    outer = _work([a for a in st.axes if a is not row], ())
+    split = None
+    first = r.axis[0]
+    if (points <= SPLIT_MAX_POINTS and work >= SPLIT_MIN_WORK and outer < MIN_PARALLEL_CHUNKS
+            and _const(first.extent) is not None and _const(first.extent) >= 2 * SPLIT_CHUNKS):
+        split = first
+    if split is None and st.parallel and st.fused >= len(st.order):
+        row = None  # the prange already runs over the row axis
+    if row is None and split is None:
+        return None
+    return Accumulate(row, split, SPLIT_CHUNKS if split is not None else 0)
 
 
 # -- 5. scatter -------------------------------------------------------------------------

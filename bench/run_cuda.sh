@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Run the CUDA target on a real GPU: the CUDA tests without the simulator, the PTX/ptxas
+# report, then the bench workloads with --target cuda (when bench/ has a runner).
+#   bench/run_cuda.sh            # from the repository root, on a machine with a GPU
+# Environment: PYTHON (default .venv/bin/python), PYTEST (default .venv/bin/pytest).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-.venv/bin/python}
+PYTEST=${PYTEST:-.venv/bin/pytest}
+unset NUMBA_ENABLE_CUDASIM
+
+"$PYTHON" - <<'PY'
+from numba import cuda
+if not cuda.is_available():
+    raise SystemExit("run_cuda.sh: no CUDA GPU (numba.cuda.is_available() is False); "
+                     "for the simulator run: .venv/bin/pytest tests/cuda")
+cuda.detect()
+PY
+
+echo "== CUDA tests on the GPU (TEXPR_CUDA_REAL=1: no simulator)"
+TEXPR_CUDA_REAL=1 "$PYTEST" tests/cuda -x -q -s
+
+echo "== per-operator check on the GPU (forward + gradients vs CPU kernels)"
+"$PYTHON" -m texpr_ad.kernels.cuda_check --ref cpu | "$PYTHON" -c '
+import collections, json, sys
+rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
+print(dict(collections.Counter(r["status"] for r in rows)))
+for r in rows:
+    if r["status"] == "fail":
+        print("FAIL", r["op"], r["detail"])'
+
+echo "== registers and spills (ptxas -v, sm_90)"
+"$PYTHON" -m texpr_ad.kernels.ptx_report | tail -n 8
+
+# Hook for the bench workloads (bench/ is written separately): any runner that accepts
+# --target is run with --target cuda.
+for runner in bench/run.py bench/bench.py; do
+  if [ -f "$runner" ]; then
+    echo "== $runner --target cuda"
+    "$PYTHON" "$runner" --target cuda "$@"
+  fi
+done
+if [ -f bench/__main__.py ]; then
+  echo "== python -m bench --target cuda"
+  "$PYTHON" -m bench --target cuda "$@"
+fi

@@ -1,0 +1,164 @@
+"""CUDA kernel features, run as a script by test_cuda.py (under the simulator or on a GPU).
+
+Each check compares with NumPy written here, independently of texpr_ad; prints
+"PASS <name>" per check and exits non-zero on the first failure.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+import texpr_ad as ta
+from texpr_ad import te
+from texpr_ad.kernels import KernelArgumentError, build
+from texpr_ad.kernels.numba_cuda import CudaKernel
+from texpr_ad.schedule.cuda import strategy
+from texpr_ad.te.expr import IterVar, const
+from texpr_ad.te.tensor import ScatterOp, Tensor
+
+SEED = 31337
+print(f"seed = {SEED}")
+RNG = np.random.default_rng(SEED)
+sys.setswitchinterval(1e-5)
+
+
+def close(got, want, tol=1e-5):
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol)
+
+
+def strategies(k: CudaKernel) -> list[str]:
+    return [strategy(s) for s in k.plan.stages]
+
+
+def matmul_symbolic_and_device_chaining() -> None:
+    n = te.var("n")
+    A = te.placeholder((n, 12), "float32", name="A")
+    W = te.placeholder((12, 10), "float32", name="W")
+    k = te.reduce_axis((0, 12), name="k")
+    Y = te.compute((n, 10), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), name="Y")
+    R = te.compute((n, 10), lambda i, j: te.max(Y[i, j], te.const(0.0, "float32")), name="R")
+    f = build([R, Y], [A, W], target="cuda")
+    assert isinstance(f, CudaKernel)
+    for rows in (1, 5, 37):
+        a = RNG.standard_normal((rows, 12)).astype(np.float32)
+        w = RNG.standard_normal((12, 10)).astype(np.float32)
+        r, y = f(a, w)
+        assert isinstance(r, np.ndarray) and r.dtype == np.float32 and r.shape == (rows, 10)
+        close(y, a.astype(np.float64) @ w, 1e-4)
+        close(r, np.maximum(a.astype(np.float64) @ w, 0), 1e-4)
+    # device arrays in: no copies, device arrays out, which chain into the next kernel
+    from numba import cuda
+    a = RNG.standard_normal((4, 12)).astype(np.float32)
+    w = RNG.standard_normal((12, 10)).astype(np.float32)
+    da, dw = cuda.to_device(a), cuda.to_device(w)
+    r, y = f(da, dw)
+    assert not isinstance(r, np.ndarray) and hasattr(r, "copy_to_host")
+    X = te.placeholder((n, 10), "float32", name="X")
+    c = te.reduce_axis((0, 10), "c")
+    S = te.compute((n,), lambda i: te.sum(X[i, c] * 2.0, axis=c), name="S")
+    g = build([S], [X], target="cuda")
+    (s,) = g(r)
+    close(s.copy_to_host(), 2 * np.maximum(a.astype(np.float64) @ w, 0).sum(1), 1e-4)
+    print("PASS matmul_symbolic_and_device_chaining")
+
+
+def argument_errors() -> None:
+    A = te.placeholder((3, 4), "float64", name="A")
+    B = te.compute((3, 4), lambda i, j: A[i, j] * 2.0, name="B")
+    f = build([B], [A], target="cuda")
+    for bad, msg in ((np.zeros((3, 5)), "must have shape"), (np.zeros((3, 4), np.float32), "dtype"),
+                     (np.zeros(3), "dims")):
+        try:
+            f(bad)
+        except KernelArgumentError as e:
+            assert "'A'" in str(e) and msg in str(e), e
+        else:
+            raise AssertionError(f"no error for {bad.shape} {bad.dtype}")
+    from numba import cuda
+    try:
+        f(cuda.to_device(np.zeros((4, 4))))
+    except KernelArgumentError as e:
+        assert "'A'" in str(e)
+    else:
+        raise AssertionError("no error for a device array of the wrong shape")
+    print("PASS argument_errors")
+
+
+def bias_and_batchnorm_grads_block_reduce() -> None:
+    N, C, H, Wd = 4, 3, 9, 8  # each channel reduces over N*H*W = 288 >= BLOCK_MIN_REDUCE
+    X = te.placeholder((N, C, H, Wd), "float64", name="X")
+    b = te.placeholder((C,), "float64", name="b")
+    Y = te.compute((N, C, H, Wd), lambda n, c, h, w: X[n, c, h, w] * X[n, c, h, w] + b[c], name="Y")
+    rn, rh, rw = (te.reduce_axis((0, e), name=s) for e, s in ((N, "rn"), (H, "rh"), (Wd, "rw")))
+    mean = te.compute((C,), lambda c: te.sum(X[rn, c, rh, rw], axis=[rn, rh, rw]) / (N * H * Wd),
+                      name="mean")
+    dY = te.placeholder(Y.shape, "float64", name="dY")
+    db, dX = ta.grad(Y, [b, X], head=dY)
+    k = build([db, dX, mean], [X, b, dY], target="cuda")
+    assert "block" in strategies(k), k.plan
+    x = RNG.standard_normal((N, C, H, Wd))
+    g = RNG.standard_normal((N, C, H, Wd))
+    gb, gx, m = k(x, RNG.standard_normal(C), g)
+    close(gb, g.sum(axis=(0, 2, 3)), 1e-10)
+    close(gx, 2 * x * g, 1e-10)
+    close(m, x.mean(axis=(0, 2, 3)), 1e-10)
+    # argmax-style tuple reducer and a max over a long axis, zero-dim output (block, one point)
+    v = te.placeholder((700,), "float32", name="v")
+    r = te.reduce_axis((0, 700), name="r")
+    M = te.compute((), lambda: te.max(v[r], axis=r), name="M")
+    k2 = build([M], [v], target="cuda")
+    assert strategies(k2) == ["block"], k2.plan
+    vv = RNG.standard_normal(700).astype(np.float32)
+    (mm,) = k2(vv)
+    assert mm.shape == () and mm == vv.max()
+    print("PASS bias_and_batchnorm_grads_block_reduce")
+
+
+def atomic_scatter() -> None:
+    ids = te.placeholder((50,), "int64", name="ids")
+    v = te.placeholder((50,), "float64", name="v")
+    t = IterVar("t", const(0), const(50), "data")
+    op = ScatterOp("hist", (const(7),), "float64", (t,), (ids[t],), v[t], const(True))
+    T = Tensor(op, 0, op.shape, "float64")
+    k = build([T], [ids, v], target="cuda")
+    assert strategies(k) == ["atomic"] and "cuda.atomic.add" in k.source
+    i = RNG.integers(0, 7, 50)
+    x = RNG.standard_normal(50)
+    (h,) = k(i, x)
+    want = np.zeros(7)
+    np.add.at(want, i, x)
+    close(h, want, 1e-12)
+    bad = i.copy()
+    bad[3] = 9
+    try:
+        k(bad, x)
+    except IndexError as e:
+        assert "hist" in str(e)
+    else:
+        raise AssertionError("no IndexError for an out-of-bounds scatter index")
+    print("PASS atomic_scatter")
+
+
+def math_edge_values() -> None:
+    x = te.placeholder((12,), "float32", name="x")
+
+    def unary(f, name):
+        return te.compute((12,), lambda i: f(x[i]), name=name)
+
+    outs = [unary(f, n) for n, f in
+            (("fl", te.floor), ("ce", te.ceil), ("tr", te.trunc), ("ro", te.round), ("sg", te.sign))]
+    k = build(outs, [x], target="cuda")
+    xs = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -0.0, 3e9, -7.25, 1e30, np.inf, -np.inf],
+                  np.float32)
+    got = k(xs)
+    for g, f in zip(got, (np.floor, np.ceil, np.trunc, np.rint, np.sign), strict=True):
+        np.testing.assert_array_equal(g, f(xs))
+    print("PASS math_edge_values")
+
+
+if __name__ == "__main__":
+    for fn in (matmul_symbolic_and_device_chaining, argument_errors,
+               bias_and_batchnorm_grads_block_reduce, atomic_scatter, math_edge_values):
+        fn()
+    print("ALL PASS")

@@ -1,0 +1,150 @@
+"""CPU planner decisions (no timing): BLAS dispatch, row accumulation, split partial sums,
+race-free scatters; each decision is checked on the plan and, on small shapes, its kernel is
+checked against an independent NumPy reference."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import texpr_ad as ta
+from texpr_ad import te
+from texpr_ad.ops import elementwise as ew
+from texpr_ad.ops import nn, shape
+from texpr_ad.schedule import ScheduleError, plan_kernel
+from texpr_ad.schedule.plan import ComputeStage, ScatterStage
+
+SEED = 1234
+
+
+def rng():
+    print(f"seed {SEED}")
+    return np.random.default_rng(SEED)
+
+
+def _dense(n=32, k=64, m=48):
+    x = te.placeholder((n, k), "float32", name="x")
+    w = te.placeholder((m, k), "float32", name="w")
+    b = te.placeholder((m,), "float32", name="bias")
+    y = nn.dense(x, w, b)
+    head = te.placeholder(y.shape, "float32", name="head")
+    return x, w, b, y, head
+
+
+def test_dense_forward_is_dispatched_to_blas():
+    x, w, b, y, _ = _dense()
+    plan = plan_kernel([y], [x, w, b])
+    st = plan.stage("T_dense")
+    assert isinstance(st, ComputeStage) and st.contraction is not None
+    assert st.contraction.a is x and st.contraction.b is w
+    assert "contraction -> BLAS" in str(plan)
+    assert plan.stage("T_add").contraction is None  # the bias add stays a loop
+
+
+def test_dense_adjoints_are_contractions_and_bias_gradient_is_split():
+    x, w, b, y, head = _dense(n=1024)
+    dx, dw, db = ta.grad(y, [x, w, b], head=head)
+    plan = plan_kernel([dx, dw, db], [x, w, b, head])
+    assert plan.stage(dx.op.name).contraction is not None
+    assert plan.stage(dw.op.name).contraction is not None
+    dbias = plan.stage(db.op.name)
+    assert dbias.contraction is None and dbias.accumulate is not None
+    assert dbias.accumulate.split is not None and dbias.accumulate.chunks >= 2  # partial sums
+    assert dbias.accumulate.row is dbias.axes[-1]  # whole rows, contiguous reads
+    assert "parallel partial results" in str(plan)
+    r = rng()
+    xs, ws, bs, hs = (r.standard_normal(s).astype("float32")
+                      for s in ((1024, 64), (48, 64), (48,), (1024, 48)))
+    gx, gw, gb = ta.build([dx, dw, db], [x, w, b, head])(xs, ws, bs, hs)
+    np.testing.assert_allclose(gx, hs.astype(np.float64) @ ws, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gw, hs.T.astype(np.float64) @ xs, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gb, hs.astype(np.float64).sum(0), rtol=1e-4, atol=1e-4)
+
+
+def test_blas_override_off_keeps_loops_and_bad_override_is_an_error():
+    x, w, b, y, _ = _dense()
+    plan = plan_kernel([y], [x, w, b], overrides={"T_dense": {"blas": False}})
+    assert plan.stage("T_dense").contraction is None and plan.stage("T_dense").parallel
+    with pytest.raises(ScheduleError, match="not a contraction"):
+        plan_kernel([y], [x, w, b], overrides={"T_add": {"blas": True}})
+
+
+def test_small_or_symbolic_contractions_stay_in_loops():
+    n = te.var("n")
+    a = te.placeholder((n, 64), "float32", name="a")
+    c = te.placeholder((64, 64), "float32", name="c")
+    assert plan_kernel([nn.matmul(a, c)], [a, c]).stages[0].contraction is None
+    a2 = te.placeholder((4, 4), "float32", name="a2")
+    assert plan_kernel([nn.matmul(a2, a2)], [a2]).stages[0].contraction is None
+
+
+def test_transposed_batch_matmul_and_output_permutation_match_numpy():
+    x = te.placeholder((3, 16, 24), "float32", name="x")
+    y = te.placeholder((3, 20, 16), "float32", name="y")
+    k = te.reduce_axis((0, 16), name="k")
+    # out[j, b, i] = sum_k x[b, k, i] * y[b, j, k]: transposed operands, permuted output
+    out = te.compute((20, 3, 24), lambda j, b, i: te.sum(x[b, k, i] * y[b, j, k], axis=k),
+                     name="out")
+    plan = plan_kernel([out], [x, y])
+    c = plan.stages[0].contraction
+    assert c is not None and c.out_perm is not None
+    r = rng()
+    xs, ys = r.standard_normal((3, 16, 24)).astype("float32"), r.standard_normal((3, 20, 16)).astype("float32")
+    (got,) = ta.build([out], [x, y])(xs, ys)
+    want = np.einsum("bki,bjk->jbi", xs.astype(np.float64), ys.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_embedding_scatter_is_race_free():
+    table = te.placeholder((100, 16), "float32", name="table")
+    idx = te.placeholder((64,), "int64", name="indices")
+    y = shape.take(table, idx, 0)
+    head = te.placeholder(y.shape, "float32", name="head")
+    (dt,) = ta.grad(y, [table], head=head)
+    plan = plan_kernel([dt], [table, idx, head])
+    (sc,) = [s for s in plan.stages if isinstance(s, ScatterStage)]
+    # parallel only over an axis that one target index dim equals exactly (injective)
+    if sc.parallel_axis is not None:
+        assert sc.index[sc.parallel_dim] is sc.parallel_axis
+    r = rng()
+    ts, hs = r.standard_normal((100, 16)).astype("float32"), r.standard_normal((64, 16)).astype("float32")
+    ids = r.integers(0, 10, 64)  # many repeats: a race would lose updates
+    (got,) = ta.build([dt], [table, idx, head])(ts, ids, hs)
+    want = np.zeros((100, 16))
+    np.add.at(want, ids, hs.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_full_reduction_to_a_scalar_is_split_and_column_sums_accumulate_rows():
+    x = te.placeholder((256, 128), "float32", name="x")
+    i, j = te.reduce_axis((0, 256), name="i"), te.reduce_axis((0, 128), name="j")
+    total = te.compute((), lambda: te.sum(te.tanh(x[i, j]), axis=[i, j]), name="total")
+    st = plan_kernel([total], [x]).stages[0]
+    assert st.accumulate is not None and st.accumulate.split is not None and st.accumulate.row is None
+    i2 = te.reduce_axis((0, 256), name="i2")
+    cols = te.compute((8, 128), lambda a, c: te.max(x[i2, c] * (a + 1), axis=i2), name="cols")
+    st2 = plan_kernel([cols], [x]).stages[0]
+    assert st2.accumulate is not None and st2.accumulate.row is st2.axes[-1]
+    r = rng()
+    xs = r.standard_normal((256, 128)).astype("float32")
+    got_t, got_c = ta.build([total, cols], [x])(xs)
+    np.testing.assert_allclose(got_t, np.tanh(xs.astype(np.float64)).sum(), rtol=1e-4)
+    want = np.stack([(xs * (a + 1)).max(0) for a in range(8)])
+    np.testing.assert_allclose(got_c, want, rtol=1e-6)
+
+
+def test_layer_norm_gamma_gradient_plan_and_values():
+    x = te.placeholder((2048, 32), "float32", name="x")
+    g = te.placeholder((32,), "float32", name="g")
+    b = te.placeholder((32,), "float32", name="b")
+    y = ew.layer_norm(x, g, b)
+    head = te.placeholder(y.shape, "float32", name="head")
+    dg, db = ta.grad(y, [g, b], head=head)
+    plan = plan_kernel([dg, db], [x, g, b, head])
+    assert plan.stage(db.op.name).accumulate is not None
+    r = rng()
+    xs, gs, bs, hs = (r.standard_normal(s).astype("float32") for s in ((2048, 32), (32,), (32,), (2048, 32)))
+    got_g, got_b = ta.build([dg, db], [x, g, b, head])(xs, gs, bs, hs)
+    x64 = xs.astype(np.float64)
+    xhat = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(got_g, (hs * xhat).sum(0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got_b, hs.astype(np.float64).sum(0), rtol=1e-4, atol=1e-4)
