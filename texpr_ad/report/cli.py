@@ -22,6 +22,20 @@ import numpy as np
 DEFAULT_TARGETS = "cpu,torch,tvm,cuda"
 
 
+def _cuda_mode(targets: str) -> None:
+    """Without a GPU, run the cuda column on Numba's CUDA simulator (cells then say "simulator").
+
+    The flag must be set before numba is first imported, so it is decided here, from the
+    device files, not by asking numba.cuda.
+    """
+    import glob
+    import os
+    import sys
+    wants = targets == "all" or "cuda" in targets.split(",")
+    if wants and "numba" not in sys.modules and not glob.glob("/dev/nvidia[0-9]*"):
+        os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="texpr-ad", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -51,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     g.add_argument("--no-source", action="store_true", help="do not print the kernels' source")
 
     args = p.parse_args(argv)
+    if args.cmd == "coverage":
+        _cuda_mode(args.targets)
     try:
         return _dispatch(args)
     except UsageError as e:

@@ -279,7 +279,7 @@ COLUMNS: tuple[Column, ...] = (
 COLUMNS_BY_KEY = {c.key: c for c in COLUMNS}
 _DOCS = {  # fn docstrings for columns built by factories
     "tvm": "Operator through the TVM Relax bridge: relax.transform.Gradient vs the derived adjoint",
-    "cuda": "Forward and adjoint kernels on CUDA against the CPU results",
+    "cuda": "Forward and adjoint kernels on CUDA against the CPU results (Numba's CUDA simulator when no GPU is present: see environment.cuda_mode)",
 }
 
 

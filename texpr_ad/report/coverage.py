@@ -210,7 +210,9 @@ def environment(jobs: int, targets: Sequence[str]) -> dict[str, Any]:
     """Versions of the libraries involved (from package metadata: imports nothing)."""
     from importlib import metadata
     env: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(),
-                           "cpu_count": os.cpu_count(), "jobs": jobs, "targets": list(targets)}
+                           "cpu_count": os.cpu_count(), "jobs": jobs, "targets": list(targets),
+                           "cuda_mode": "simulator" if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+                           else "gpu"}
     for key, dist in (("numpy", "numpy"), ("numba", "numba"), ("sympy", "sympy"),
                       ("torch", "torch"), ("tvm", "apache-tvm"), ("texpr_ad", "texpr_ad")):
         try:
