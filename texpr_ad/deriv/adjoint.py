@@ -25,11 +25,7 @@ from .collect import collect
 from .errors import GradientError, NotDifferentiableError
 from .reducers import as_builtin
 from .simplify import simplify
-try:
-    from .solver import invert
-except ImportError:  # TEMPORARY while the solver lands: everything scatters
-    def invert(*args, **kw):  # type: ignore[no-redef]
-        return None
+from .solver import invert
 
 
 @dataclass(frozen=True)
@@ -176,46 +172,29 @@ def _stage_terms(op: ComputeOp | ScatterOp, outs: dict[int, Tensor], heads: dict
 class _Builder:
     def __init__(self, prefix_vars: tuple[IterVar, ...], prefix_shape: tuple[Expr, ...]):
         self.prefix_vars, self.prefix_shape = prefix_vars, prefix_shape
-        self.strategy: dict[str, list[str]] = {}
 
     def build(self, X: Tensor, terms: list[Term], name: str, extra: Tensor | None = None) -> Tensor:
         """The adjoint of X: the sum of its gather terms, scatter stages and `extra` (a head)."""
-        np_ = len(self.prefix_vars)
-        shape = self.prefix_shape + X.shape
-        scatters: dict[int, Tensor] = {}
-        kinds: list[str] = []
+        npre = len(self.prefix_vars)
+        probe = tuple(IterVar(f"j{d}", const(0), s) for d, s in enumerate(X.shape))
+        same = dict(zip(self.prefix_vars, self.prefix_vars, strict=True))
+        gathers = [t for t in terms if self._gather(t, same, probe, X.dtype) is not None]
+        scattered = [t for t in terms if not any(t is g for g in gathers)]
+        if not gathers and len(scattered) == 1 and extra is None:  # a lone scatter needs no wrapper
+            return self._scatter(X, scattered[0], name)
+        scatters = [self._scatter(X, t, f"{name}_scatter{k}") for k, t in enumerate(scattered)]
 
         def body(*idx: IterVar) -> Expr:
-            p, j = idx[:np_], idx[np_:]
-            psub = dict(zip(self.prefix_vars, p, strict=True))
-            parts: list[Expr] = []
-            for n, t in enumerate(terms):
-                g = self._gather(t, psub, j, X.dtype)
-                if g is None:
-                    if n not in scatters:
-                        scatters[n] = self._scatter(X, t, f"{name}_scatter{len(scatters)}")
-                    parts.append(scatters[n][idx])
-                    kinds.append("scatter")
-                else:
-                    parts.append(g)
-                    kinds.append("gather")
-            if extra is not None:
-                parts.append(extra[idx])
+            psub = dict(zip(self.prefix_vars, idx[:npre], strict=True))
+            parts = [self._gather(t, psub, idx[npre:], X.dtype) for t in gathers]
+            parts += [s[idx] for s in scatters] + ([extra[idx]] if extra is not None else [])
             out = parts[0]
             for e in parts[1:]:
-                out = out + e
-            return out.astype(X.dtype)
+                out = out + e  # type: ignore[operator]
+            return out.astype(X.dtype)  # type: ignore[union-attr]
 
-        if len(terms) == 1 and extra is None:  # a lone scatter needs no wrapping stage
-            probe = self._gather(terms[0], dict(zip(self.prefix_vars, self.prefix_vars, strict=True)),
-                                 tuple(IterVar(f"j{d}", const(0), s) for d, s in enumerate(X.shape)), X.dtype)
-            if probe is None:
-                self.strategy[name] = ["scatter"]
-                return self._scatter(X, terms[0], name)
         body.axis_names = self._axis_names(X, terms)  # type: ignore[attr-defined]
-        out = te.compute(shape, body, name=name, tag="adjoint")
-        self.strategy[name] = kinds
-        return out
+        return te.compute(self.prefix_shape + X.shape, body, name=name, tag="adjoint")
 
     def _axis_names(self, X: Tensor, terms: list[Term]) -> list[str]:
         """Name the adjoint's axes as the forward read named them (`dA[i, k]`), else ax0..."""
