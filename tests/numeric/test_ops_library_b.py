@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from texpr_ad import te
-from texpr_ad.ops import nn, reduction, registry, vision
+from texpr_ad.ops import nn, nn_samples, reduction, registry, vision
 from texpr_ad.ops.registry import select
 
 CATEGORIES = ("L2", "L4", "L5")
@@ -163,7 +163,7 @@ def test_symbolic_batch_dim() -> None:
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((3, 3, 5, 5)), rng.standard_normal((2, 3, 3, 3))
     (got,) = te.evaluate([y], {x: a, w: b})
-    _close(got, nn.np_conv(a, b, (1, 1), (1, 1), (1, 1)), 1e-10, "symbolic batch conv2d")
+    _close(got, nn_samples.np_conv(a, b, (1, 1), (1, 1), (1, 1)), 1e-10, "symbolic batch conv2d")
 
 
 def test_conv2d_channel_mismatch_names_tensors() -> None:

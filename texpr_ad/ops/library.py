@@ -1,2 +1,2 @@
 """Imports every operator module so that each registers its operators (order = report order)."""
-from . import elementwise, nn, shape, reduction, vision, losses  # noqa: F401
+from . import elementwise, nn, nn_samples, shape, reduction, vision, losses  # noqa: F401

@@ -13,7 +13,8 @@ from .. import te
 from ..te import Expr, Tensor, TensorError
 from ..te.tensor import shape_str
 from ..te import dtype as dt
-from .elementwise import SampleBuilder, log_softmax, numel, softmax
+from .common import SampleBuilder, numel
+from .elementwise import log_softmax, softmax
 from .registry import Sample, register
 
 _REDUCTIONS = ("mean", "sum", "none")

@@ -17,8 +17,8 @@ from ..te import Expr, Tensor, TensorError
 from ..te.tensor import shape_str
 from ..te import dtype as dt
 from ..te.expr import Const
-from .elementwise import (SampleBuilder, broadcast_read, const_dim, from_integers, is_one,
-                          normalize_axis)
+from .common import (SampleBuilder, broadcast_read, const_dim, from_integers, is_one,
+                     normalize_axis)
 from .registry import Sample, register
 
 Shape = Sequence[int | Expr]
