@@ -51,7 +51,33 @@ def _sdpa(q: Any, k: Any, v: Any) -> list[Any]:
     return [_t().softmax(s, -1) @ v]
 
 
+def _batch_norm_train(x: Any, g: Any, b: Any) -> list[Any]:
+    return [_F().batch_norm(x, None, None, g, b, training=True, eps=1e-5)]
+
+
+def _batch_norm_infer(x: Any, g: Any, b: Any, m: Any, v: Any) -> list[Any]:
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    return [(x - m.reshape(shape)) / _t().sqrt(v.reshape(shape) + 1e-5) * g.reshape(shape)
+            + b.reshape(shape)]
+
+
+def _rms_norm(x: Any, g: Any) -> list[Any]:
+    return [x * _t().rsqrt((x * x).mean(-1, keepdim=True) + 1e-5) * g]
+
+
 TORCH_REFS: dict[str, Ref] = {
+    # normalization
+    "batch_norm_train": _batch_norm_train,
+    "batch_norm_infer": _batch_norm_infer,
+    "group_norm": lambda x, g, b: [_F().group_norm(x, 2, g, b, eps=1e-5)],
+    "rms_norm": _rms_norm,
+    "bias_add": lambda x, b: [x + b.reshape(1, -1, 1)],
+    "conv2d_depthwise": lambda x, w: [_F().conv2d(x, w.reshape(-1, 1, *w.shape[2:]), padding=1,
+                                                  groups=x.shape[1])],
+    "transpose": lambda x: [x.permute(2, 0, 1)],
+    "concatenate": lambda a, b, c: [_t().cat([a, b, c], 1)],
+    "strided_slice": lambda x: [x[0:6:2, 1:7:3].flip(2)],
+
     # L1 unary
     "log": _torch_unary("log"),
     "sqrt": _torch_unary("sqrt"),
