@@ -8,7 +8,7 @@ max relative error against torch (max |a - b| / max |b|).
 "bwd" is the vector-Jacobian product: inputs and a head in, the gradients of
 every float input out.  texpr_ad's backward kernel recomputes what it needs of
 the forward, so torch is timed on the same function: forward + autograd.grad
-(its backward pass alone is shown in the column "torch bwd-only").
+(its backward pass alone is shown under each row).
 
 Compile times: "cold" builds every kernel in a fresh subprocess with an empty
 `TEXPR_CACHE_DIR`; "warm" does it again in a second process sharing the folder.
@@ -33,11 +33,10 @@ import time
 from typing import Any, Callable, Sequence
 
 THREADS = 2
-# OpenBLAS (behind np.matmul, the contraction -> BLAS path) runs single-threaded by default:
-# its own worker threads beside Numba's and torch's two thrash a 2-core machine (measured 50x
-# slowdowns); set OPENBLAS_NUM_THREADS to override.
-for _v in ("OPENBLAS_NUM_THREADS",):
-    os.environ.setdefault(_v, "1")
+# texpr_ad's contraction -> BLAS stages split each product over THREADS Python threads, each a
+# single-threaded OpenBLAS call; OpenBLAS's own worker threads on top of those (and of torch's)
+# thrash a small machine (measured 50x slowdowns), so they are off unless the caller sets this.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 

@@ -148,3 +148,45 @@ def test_layer_norm_gamma_gradient_plan_and_values():
     xhat = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(got_g, (hs * xhat).sum(0), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got_b, hs.astype(np.float64).sum(0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_conv2d_uses_im2col_and_factored_contractions(stride):
+    torch = pytest.importorskip("torch")
+    x = te.placeholder((2, 8, 12, 12), "float32", name="x")
+    w = te.placeholder((16, 8, 3, 3), "float32", name="w")
+    y = nn.conv2d(x, w, stride, 1)
+    head = te.placeholder(y.shape, "float32", name="head")
+    dx, dw = ta.grad(y, [x, w], head=head)
+    fwd = plan_kernel([y], [x, w])
+    assert fwd.stage("conv2d_im2col") and fwd.stage("conv2d").contraction is not None
+    bwd = plan_kernel([dx, dw], [x, w, head])
+    assert bwd.stage(dw.op.name).contraction is not None  # weight gradient: im2col + BLAS
+    factored = [s for s in bwd.stages if s.name.endswith("_factor")]
+    assert factored and factored[0].contraction is not None  # input gradient: sum over f by BLAS
+    r = rng()
+    xs, ws = r.standard_normal((2, 8, 12, 12)).astype("float32"), r.standard_normal((16, 8, 3, 3)).astype("float32")
+    tx, tw = torch.from_numpy(xs.astype(np.float64)).requires_grad_(), torch.from_numpy(ws.astype(np.float64)).requires_grad_()
+    ty = torch.nn.functional.conv2d(tx, tw, stride=stride, padding=1)
+    hs = r.standard_normal(tuple(ty.shape)).astype("float32")
+    gx, gw = torch.autograd.grad(ty, [tx, tw], torch.from_numpy(hs.astype(np.float64)))
+    (got_y,) = ta.build([y], [x, w])(xs, ws)
+    got_dx, got_dw = ta.build([dx, dw], [x, w, head])(xs, ws, hs)
+    np.testing.assert_allclose(got_y, ty.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got_dx, gx.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got_dw, gw.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_rowwise_chain_shares_one_prange():
+    x = te.placeholder((256, 64), "float32", name="x")
+    y = ew.softmax(x, -1)
+    plan = plan_kernel([y], [x])
+    joined = [s.name for s in plan.stages if s.join]
+    assert joined and plan.stages[0].join is False
+    src = ta.build([y], [x]).source
+    assert src.count("prange(") == 1
+    xs = rng().standard_normal((256, 64)).astype("float32")
+    x64 = xs.astype(np.float64)
+    want = np.exp(x64 - x64.max(1, keepdims=True))
+    want /= want.sum(1, keepdims=True)
+    np.testing.assert_allclose(ta.build([y], [x])(xs)[0], want, rtol=1e-5, atol=1e-6)

@@ -5,7 +5,9 @@
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
+
+import numpy as np
 
 from . import cache
 from .render import KERNEL_NAME, Renderer
@@ -20,13 +22,47 @@ class CPURenderer(Renderer):
     """
 
     target = "cpu"
-    header = ("import math", "import numpy as np", "from numba import njit, objmode, prange")
+    header = ("import math", "import numpy as np", "from numba import njit, objmode, prange",
+              "from texpr_ad.kernels.numba_cpu import blas_matmul")
     helper_decorator = "@njit(cache=True)"
     kernel_decorator_parallel = ("@njit(parallel={'fusion': False}, error_model='numpy', "
                                  "cache=True)")
     kernel_decorator_serial = "@njit(error_model='numpy', cache=True)"
     parallel_loop = ("for {var} in prange({extent}):",)
     scatter_add = "{target} += {value}"
+
+
+_POOL: list = []  # one ThreadPoolExecutor, created on first use
+
+
+def blas_matmul(a: Any, b: Any, out: Any) -> None:
+    """`out[q] = a[q] @ b[q]` for 3-d stacks, on `numba.get_num_threads()` Python threads.
+
+    Runtime support of the "contraction -> BLAS" stages (called in object mode).  NumPy
+    releases the GIL inside BLAS, so the pieces (whole batch entries, or row blocks of a
+    single product) run in parallel with the same thread count as the Numba loops.
+    """
+    import numba
+    nt = max(1, numba.get_num_threads())
+    nb, m = a.shape[0], a.shape[1]
+    if nt == 1 or a.shape[1] * a.shape[2] * b.shape[2] * nb < 1 << 18:
+        for q in range(nb):
+            np.matmul(a[q], b[q], out=out[q])
+        return
+    if nb >= nt:
+        jobs = [(q, slice(0, m)) for q in range(nb)]
+    else:
+        step = -(-m // nt)
+        jobs = [(q, slice(r, min(r + step, m))) for q in range(nb) for r in range(0, m, step)]
+    if not _POOL or _POOL[0][1] != nt:
+        from concurrent.futures import ThreadPoolExecutor
+        _POOL[:] = [(ThreadPoolExecutor(nt, thread_name_prefix="texpr_blas"), nt)]
+
+    def run(job: tuple[int, slice]) -> None:
+        q, rows = job
+        np.matmul(a[q, rows], b[q], out=out[q, rows])
+
+    list(_POOL[0][0].map(run, jobs))
 
 
 def compile_source(source: str) -> Callable:

@@ -190,9 +190,18 @@ class _Render:
         p = self.plan
         args = [self.tensor(t) for t in p.inputs] + [self.names.get(v, v.name) for v in p.params]
         body: list[str] = []
+        groups: list[list] = []
         for st in p.stages:
+            if getattr(st, "join", False) and groups:
+                groups[-1].append(st)
+            else:
+                groups.append([st])
+        for group in groups:
+            st = group[-1]
             self.lines, self.checked, self.scope = [], False, st.name
-            if isinstance(st, ComputeStage):
+            if len(group) > 1:
+                self.joined(group)
+            elif isinstance(st, ComputeStage):
                 self.compute(st)
             else:
                 self.scatter(st)
@@ -323,6 +332,28 @@ class _Render:
         if st.parallel and st.fused:
             depth = self.parallel_nest(depth, st.order[: st.fused], st.name)
             serial = st.order[st.fused:]
+        self.loops_and_body(st, depth, serial)
+
+    def joined(self, group: list[ComputeStage]) -> None:
+        """Stages sharing one prange over their (equal) first parallel axis, in order."""
+        for st in group:
+            self.scope = st.name
+            self.emit(1, f"# stage {st.name}: {_describe(st)}")
+            for t, b in zip(st.tensors, st.bodies, strict=True):
+                if t is not None:
+                    self.emit(1, f"{self.tensor(t)} = np.empty("
+                                 f"{self.shape([a.extent for a in st.axes])}, "
+                                 f"dtype=np.{b.dtype if b.dtype != 'bool' else 'bool_'})")
+        head = group[0]
+        var = self.names.fresh(f"{head.name}_p")
+        self.parallel_head(1, var, top(self.expr(head.order[0].extent, {})))
+        for st in group:
+            self.scope = st.name
+            self.emit(2, f"{self.axis(st.order[0])} = {var}  # stage {st.name}")
+            self.loops_and_body(st, 2, st.order[1:])
+
+    def loops_and_body(self, st: ComputeStage, depth: int, serial: Sequence[IterVar]) -> None:
+        """The serial loops of `st`, its reductions and its stores."""
         for a in serial:
             self.range_loop(depth, a, {})
             depth += 1
@@ -432,10 +463,8 @@ class _Render:
             self.emit(2, f"{res} = {out}.reshape(({bs}, {ms}, {ns}))")
         else:
             self.emit(2, f"{res} = np.empty(({bs}, {ms}, {ns}), dtype={out}.dtype)")
-        # one BLAS call per batch entry (NumPy's stacked matmul may not reach BLAS)
-        q = self.names.fresh(f"{st.name}_q")
-        self.emit(2, f"for {q} in range({bs}):")
-        self.emit(3, f"np.matmul({ops[0]}[{q}], {ops[1]}[{q}], out={res}[{q}])")
+        # one BLAS call per batch entry or row block (NumPy's stacked matmul may not reach BLAS)
+        self.emit(2, f"blas_matmul({ops[0]}, {ops[1]}, {res})")
         if c.out_perm is not None:
             self.emit(2, f"{out}[...] = {res}.reshape({self.shape(c.bmn_shape)})"
                          f".transpose({c.out_perm!r})")
@@ -540,7 +569,19 @@ class _Render:
         dtype = t.dtype if t.dtype != "bool" else "bool_"
         self.emit(1, f"{self.tensor(t)} = np.zeros({self.shape(st.shape)}, dtype=np.{dtype})")
         depth, serial = 1, st.order
-        if st.parallel_axis is not None:
+        if st.parallel_axis is not None and st.block:
+            p, n = st.parallel_axis, int(st.parallel_axis.extent.value)  # type: ignore[attr-defined]
+            b = self.names.fresh(f"{st.name}_b")
+            self.parallel_head(1, b, str(-(-n // st.block)))
+            depth = 2
+            for a in st.order[1:]:
+                self.range_loop(depth, a, {})
+                depth += 1
+            self.emit(depth, f"for {self.axis(p)} in range({b} * {st.block}, "
+                             f"min({b} * {st.block} + {st.block}, {n})):")
+            depth += 1
+            serial = ()
+        elif st.parallel_axis is not None:
             depth = self.parallel_nest(depth, st.order[:1], st.name)
             serial = st.order[1:]
         for a in serial:
@@ -596,6 +637,9 @@ def _reduce_groups(bodies: Sequence[Expr]) -> list[list[Reduce]]:
 
 
 def _describe(st: ComputeStage) -> str:
+    if st.join:
+        return "joined into the previous stage's prange" + ("; reduction" if _reduce_groups(
+            st.bodies) else "")
     if st.contraction is not None:
         return st.contraction.describe()
     if st.accumulate is not None:

@@ -103,6 +103,7 @@ class ComputeStage:
     contraction: Contraction | None = None  # CPU only: run as a BLAS matrix product
     accumulate: Accumulate | None = None  # CPU only: row accumulation / split partial sums
     lanes: int = 1  # CPU only: the innermost reduction loop folds into this many accumulators
+    join: bool = False  # CPU only: runs inside the previous stage's prange (see planner step 8)
 
     @property
     def parallel_axes(self) -> tuple[IterVar, ...]:
@@ -130,12 +131,18 @@ class ScatterStage:
     is_output: bool
     inlined: tuple[str, ...]
     notes: tuple[str, ...]
+    block: int = 0  # CPU: prange over blocks of `block` values of parallel_axis, innermost
 
     @property
     def strategy(self) -> str:
         if self.parallel_axis is None:
             return "serial"
-        return f"parallel over {self.parallel_axis.name} (injective: index dim {self.parallel_dim} is {self.parallel_axis.name})"
+        p = self.parallel_axis.name
+        s = f"parallel over {p} (injective: index dim {self.parallel_dim} is {p})"
+        if self.block:
+            s += (f"; blocks of {self.block} {p} values per prange iteration, {p} innermost "
+                  f"(contiguous)")
+        return s
 
 
 Stage = ComputeStage | ScatterStage
@@ -193,6 +200,9 @@ def _stage_lines(s: Stage) -> list[str]:
             out += [f"  reduction: {r}" for r in s.reduction] or ["  reduction: none"]
             if s.accumulate is not None:
                 out.append(f"  accumulate: {s.accumulate.describe()}")
+            if s.join:
+                out.append("  joined: runs inside the previous stage's prange (same parallel "
+                           "axis; reads the earlier stages of the loop only at its own index)")
             if s.lanes > 1:
                 out.append(f"  lanes: the innermost reduction loop is unrolled into {s.lanes} "
                            f"independent accumulators, combined pairwise at the end")
@@ -210,6 +220,10 @@ def _stage_lines(s: Stage) -> list[str]:
 
 
 def _loops(s: ComputeStage) -> str:
+    if s.accumulate is not None and s.accumulate.split is not None:
+        names = " > ".join(a.name for a in s.order) or "(single point)"
+        return (f"prange(chunks of {s.accumulate.split.name}) > {names} (serial in a chunk); "
+                f"then the partial results are combined")
     if not s.order:
         return "(zero-dim: a single point, serial)"
     names = [a.name for a in s.order]

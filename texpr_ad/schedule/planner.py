@@ -22,16 +22,31 @@ Steps, each a small function below:
                    covering whole operand dims (matmul, dense, batch_matmul and their
                    adjoints) runs as one batched `np.matmul` (BLAS, called in Numba object
                    mode), when its static size is at least `MIN_BLAS_WORK` multiply-adds.
+                   `_im2col`: when one operand is read at affine indices (a convolution,
+                   its weight gradient), that read is first gathered into its own stage
+                   `col[axes] = B[..]`.  `_factor_contraction`: when the other reduction
+                   axes have bounds depending on the output point (a convolution's input
+                   gradient), the constant axes indexing both operands plainly are summed
+                   by a contraction `P` first, and the stage sums the few remaining terms
+                   of `P`.  These CPU strategies apply to stages with static sizes only.
 7. `_accumulate` (CPU) - a reduction whose reads stream along the innermost data axis
                    but not along the reduction accumulates whole rows (k-i-j order); a
                    reduction with too few output points to parallelize over is split into
-                   parallel partial results over its outermost axis, combined afterwards.
+                   parallel partial results over its outermost axis, combined afterwards;
+                   a long reduction contiguous in its innermost axis is unrolled into
+                   `LANES` independent accumulators (`_lanes`).
+8. `_join_stages` (CPU) - consecutive stages with one parallel axis of the same extent run
+                   in one `prange` when each reads the earlier ones only at its own parallel
+                   index (row-wise chains: softmax, normalizations): one barrier instead of
+                   one per stage, and the row stays in cache.
+   `_scatter_block` (CPU) - a scatter parallel over the target's last dim runs the prange
+                   over blocks of it, with the block innermost (contiguous, still race-free).
 
 Overrides (`build(..., plan_overrides={stage: {key: value}})`), keys in `OVERRIDE_KEYS`:
 `inline` (bool; True only where legal), `parallel` (bool), `fuse` (int, leading axes of
 the order flattened into the prange), `order` (list of the stage's axis names),
 `blas` (bool: False keeps a contraction in loops), `accumulate` (bool: False keeps the
-scalar accumulator per output point).
+scalar accumulator per output point, without lanes).
 """
 from __future__ import annotations
 
@@ -50,9 +65,11 @@ from .plan import Accumulate, ComputeStage, Contraction, Inline, Plan, ScatterSt
 MIN_PARALLEL_WORK = 1024  # stages with fewer known point*reduction iterations run serially
 MIN_PARALLEL_CHUNKS = 64  # fuse leading axes until the prange has this many iterations
 MIN_BLAS_WORK = 4096  # contractions with fewer multiply-adds stay in loops
+MAX_IM2COL = 1 << 26  # elements of an im2col gather stage (256 MiB of float32) at most
 SPLIT_MAX_POINTS = 1 << 16  # split a reduction only if its output has at most this many points
 SPLIT_MIN_WORK = 1 << 15  # ... and it has at least this many iterations
 SPLIT_CHUNKS = 16  # partial results of a split reduction (>= the thread count, for balance)
+SCATTER_BLOCK = 64  # values of a scatter's parallel axis per prange iteration (when it is last)
 LANES = 8  # independent accumulators of a contiguous reduction (breaks the add dependency chain)
 OVERRIDE_KEYS = {"compute": {"inline", "parallel", "fuse", "order", "blas", "accumulate"},
                  "scatter": {"parallel"}}
@@ -106,10 +123,21 @@ def plan_kernel(outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str
         make = _compute_stage if isinstance(op, ComputeOp) else _scatter_stage
         st = make(op, names[id(op)], id(op) in out_ops, expand, ov, tensors_of)  # type: ignore[arg-type]
         if target == "cpu" and isinstance(st, ComputeStage):
+            col, st = _im2col(st, ov, expand)
+            if col is None:
+                col, st = _factor_contraction(st, ov, expand)
+                if col is not None:
+                    col = _cpu_strategies(col, {})
+            if col is not None:
+                stages.append(col)
             st = _cpu_strategies(st, ov)
+        elif target == "cpu" and isinstance(st, ScatterStage) and "parallel" not in ov:
+            st = _scatter_block(st)
         if id(op) not in out_ops:
             st = replace(st, notes=(f"materialized: {why_kept[id(op)]}", *st.notes))
         stages.append(st)
+    if target == "cpu":
+        stages = _join_stages(stages, overrides)
     inl = tuple(Inline(names[k], names[id(u.reader)], "read once, outside any reduction, at "
                        f"the reader's own data axes ({expr_str(u.read)})")
                 for k, u in inlined.items())
@@ -351,15 +379,86 @@ def _compute_stage(op: ComputeOp, name: str, is_output: bool, expand: _Expander,
 
 # -- 6./7. CPU strategies: BLAS contractions, row accumulation, split reductions ---------------
 
+def _factor_contraction(st: ComputeStage, ov: Mapping[str, Any],
+                        expand: _Expander) -> tuple[ComputeStage | None, ComputeStage]:
+    """Pull the constant-bound reduction axes that index both operands plainly out of a sum
+    whose other axes have dependent bounds (the input gradient of a convolution):
+    `sum_{R, C} A * B = sum_R P[..]` with `P = sum_C A * B` over whole dims, a contraction
+    (BLAS) of a size comparable to the stage's output."""
+    loop_keys = {"order", "fuse", "parallel"} & set(ov)
+    if not ov.get("blas", not loop_keys) or len(st.bodies) != 1 or st.tensors[0] is None:
+        return None, st
+    body = st.bodies[0]
+    if not (isinstance(body, Reduce) and body.combiner.kind == "sum" and len(body.source) == 1
+            and not body.init and body.dtype in ("float32", "float64")):
+        return None, st
+    src = body.source[0]
+    if not (isinstance(src, Call) and src.op is Op.MUL
+            and all(isinstance(a, Read) and a.dtype == body.dtype for a in src.args)):
+        return None, st
+    ra, rb = src.args
+    if any(isinstance(x, Read) for r in (ra, rb) for i in r.indices for x in walk(i)):
+        return None, st
+
+    def plain_in(k: IterVar, r: Read) -> bool:
+        return sum(1 for i in r.indices if i is k) == 1 and all(
+            i.extent.same_as(d) for i, d in zip(r.indices, r.tensor.shape, strict=True)
+            if i is k)
+
+    const_axes = [k for k in body.axis if _is_zero(k.lo) and isinstance(k.extent, Const)
+                  and plain_in(k, ra) and plain_in(k, rb)
+                  and not any(k in walk(c) for c in (body.condition,))]
+    rest = [k for k in body.axis if k not in const_axes]
+    if not const_axes or not rest:
+        return None, st
+    cset = set(const_axes)
+    keep = [[(d, i) for d, i in enumerate(r.indices) if i not in cset] for r in (ra, rb)]
+    if any(k in walk(i) for g in keep for _, i in g for k in const_axes):
+        return None, st
+    dims = [r.tensor.shape[d] for r, g in zip((ra, rb), keep, strict=True) for d, _ in g]
+    size = _work([IterVar("_", const(0), e) for e in dims], ())
+    points = _work(st.axes, ())
+    if math.isinf(size) or size > MAX_IM2COL or size > 16 * points \
+            or size * _work(const_axes, ()) < MIN_BLAS_WORK:
+        return None, st
+    from ..te import tensor as tt
+    from ..te.reduce import sum as te_sum
+    from ..te.tensor import reduce_axis
+    name = f"{st.name}_factor"
+    names = [f"p{k}" for k in range(len(dims))]
+
+    def fcompute(*ax: IterVar) -> Expr:
+        cs = {k: reduce_axis((0, k.extent), k.name) for k in const_axes}
+        it = iter(ax)
+        ia = [cs[i] if i in cset else next(it) for i in ra.indices]
+        ib = [cs[i] if i in cset else next(it) for i in rb.indices]
+        return te_sum(ra.tensor[tuple(ia)] * rb.tensor[tuple(ib)], axis=list(cs.values()))
+
+    fcompute.axis_names = names  # type: ignore[attr-defined]
+    p = tt.compute(tuple(dims), fcompute, name=name)
+    p_stage = _compute_stage(p.op, name, False, expand, {}, {(id(p.op), 0): p})
+    p_stage = replace(p_stage, notes=(f"materialized: the sum over "
+                                      f"{', '.join(k.name for k in const_axes)} of stage {st.name}, "
+                                      f"factored out as a contraction",))
+    new_body = replace(body, source=(p[tuple(i for g in keep for _, i in g)],), axis=tuple(rest))
+    return p_stage, replace(st, bodies=(new_body,),
+                            reduction=_reduction_notes((new_body,), st.axes),
+                            notes=(*st.notes, f"factored: the sum over "
+                                   f"{', '.join(k.name for k in const_axes)} is stage {name}"))
+
+
 def _cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
     loop_keys = {"order", "fuse", "parallel"} & set(ov)
+    if math.isinf(_work(st.axes, st.bodies)) and not ov.get("blas"):
+        return st  # symbolic dims: sizes unknown until the call, keep the plain loop nest
     if ov.get("blas", not loop_keys):
         c = _contraction(st)
         if c is not None:
             return replace(st, contraction=c, parallel=False, fused=0)
         if ov.get("blas"):
             raise ScheduleError(f"stage {st.name!r} is not a contraction sum_k A[..] * B[..] over "
-                                f"plain axes covering whole operand dims; remove the 'blas' override")
+                                f"plain axes covering whole operand dims with static sizes of at "
+                                f"least {MIN_BLAS_WORK} multiply-adds; remove the 'blas' override")
     if ov.get("accumulate", not loop_keys):
         acc = _accumulate(st)
         if acc is not None:
@@ -388,6 +487,8 @@ def _lanes(st: ComputeStage) -> int:
     k = axes[-1]
     if not isinstance(k.lo, Const) or (_const(k.extent) or 0) < 4 * LANES:
         return 1
+    if math.isinf(_work(st.axes, st.bodies)):
+        return 1  # symbolic dims: like BLAS dispatch, only for static sizes
     if any(isinstance(v, IterVar) for a in axes for e in (a.lo, a.extent) for v in walk(e)):
         return 1
     reads = [x for x in walk(src[0]) if isinstance(x, Read)]
@@ -396,6 +497,62 @@ def _lanes(st: ComputeStage) -> int:
 
 def _is_zero(e: Expr) -> bool:
     return isinstance(e, Const) and e.value == 0
+
+
+def _plain(r: Read, axes: set[IterVar]) -> bool:
+    """Every index of `r` is a distinct axis of `axes` running over the whole dim."""
+    return len(set(r.indices)) == len(r.indices) and all(
+        isinstance(ix, IterVar) and ix in axes and _is_zero(ix.lo) and ix.extent.same_as(dim)
+        for ix, dim in zip(r.indices, r.tensor.shape, strict=True))
+
+
+def _im2col(st: ComputeStage, ov: Mapping[str, Any],
+            expand: _Expander) -> tuple[ComputeStage | None, ComputeStage]:
+    """Split `sum_K A[plain] * B[affine]` (a convolution and its weight gradient) into a gather
+    stage `col[data axes of B, K] = B[..]` and a contraction of A with `col` (then BLAS)."""
+    loop_keys = {"order", "fuse", "parallel"} & set(ov)
+    if not ov.get("blas", not loop_keys):
+        return None, st
+    body = _single_sum(st)
+    if body is None:
+        return None, st
+    src = body.source[0]
+    if not (isinstance(src, Call) and src.op is Op.MUL
+            and all(isinstance(a, Read) and a.dtype == body.dtype for a in src.args)):
+        return None, st
+    data, red = tuple(st.axes), tuple(body.axis)
+    allax = set(data) | set(red)
+    if any(not (_is_zero(k.lo) and isinstance(k.extent, Const)) for k in red):
+        return None, st
+    plain = [_plain(r, allax) for r in src.args]
+    if plain != [True, False] and plain != [False, True]:
+        return None, st
+    a, g = (src.args[0], src.args[1]) if plain[0] else (src.args[1], src.args[0])
+    used = {v for i in g.indices for v in walk(i)}
+    if any(isinstance(v, (Read, Reduce)) for v in used) or any(
+            isinstance(v, IterVar) and v not in allax for v in used):
+        return None, st
+    if any(k not in used or k not in a.indices for k in red):
+        return None, st
+    axes = [x for x in data if x in used] + list(red)
+    size = _work(axes, ())
+    if math.isinf(size) or size > MAX_IM2COL or _work(data, (body,)) < MIN_BLAS_WORK:
+        return None, st
+    from ..te.tensor import compute
+    name = f"{st.name}_im2col"
+
+    def gather(*new: IterVar) -> Expr:
+        return substitute(g, dict(zip(axes, new, strict=True)))
+
+    gather.axis_names = [x.name for x in axes]  # type: ignore[attr-defined]
+    col = compute(tuple(x.extent for x in axes), gather, name=name)
+    col_stage = _compute_stage(col.op, name, False, expand, {}, {(id(col.op), 0): col})
+    col_stage = replace(col_stage, notes=(f"materialized: im2col gather of {g.tensor.name} for "
+                                          f"the contraction -> BLAS of stage {st.name}",))
+    new_src = Call(Op.MUL, (a, col[tuple(axes)]), body.dtype)
+    new_body = replace(body, source=(new_src,))
+    return col_stage, replace(st, bodies=(new_body,),
+                              notes=(*st.notes, f"im2col: {g.tensor.name} gathered by {name}"))
 
 
 def _product(exts: Sequence[Expr]) -> Expr:
@@ -481,9 +638,11 @@ def _accumulate(st: ComputeStage) -> Accumulate | None:
     row = None
     if st.order and st.order[-1] is st.axes[-1]:
         j = st.axes[-1]
-        if (_const(j.extent) or 0) >= 16 and reads \
-                and not any(_last_index_axes(x) & red for x in reads) \
-                and any(j in _last_index_axes(x) for x in reads):
+        # reads along j stream contiguously (j last, no reduction axis last); reads not
+        # depending on j (mean[i], ...) are invariant in the inner loop
+        along = [x for x in reads if any(v is j for i in x.indices for v in walk(i))]
+        if (_const(j.extent) or 0) >= 16 and along and all(
+                j in _last_index_axes(x) and not _last_index_axes(x) & red for x in along):
             row = j
     points = _work(st.axes, ())
     work = _work(st.axes, st.bodies)
@@ -498,6 +657,48 @@ def _accumulate(st: ComputeStage) -> Accumulate | None:
     if row is None and split is None:
         return None
     return Accumulate(row, split, SPLIT_CHUNKS if split is not None else 0)
+
+
+def _scatter_block(st: ScatterStage) -> ScatterStage:
+    """Block the parallel axis of a scatter when it is the target's last (contiguous) dim: the
+    prange runs over blocks of it, the other loops inside, the block innermost (race-free:
+    blocks write disjoint elements)."""
+    p = st.parallel_axis
+    if (p is None or st.parallel_dim != len(st.index) - 1 or len(st.order) < 2
+            or not _is_zero(p.lo) or (_const(p.extent) or 0) < 2 * SCATTER_BLOCK):
+        return st
+    return replace(st, block=SCATTER_BLOCK)
+
+
+def _joinable(st: Stage) -> bool:
+    return (isinstance(st, ComputeStage) and st.parallel and st.fused == 1 and bool(st.order)
+            and st.contraction is None and st.accumulate is None)
+
+
+def _join_stages(stages: list[Stage], overrides: Mapping[str, Mapping[str, Any]]) -> list[Stage]:
+    """Mark stages that run inside the previous stage's prange (step 8)."""
+    out: list[Stage] = []
+    rows: dict[int, int] = {}  # tensor id -> dim written at the shared parallel index
+    ext: Expr | None = None
+    for st in stages:
+        ok = _joinable(st) and not ({"order", "fuse", "parallel"} & set(overrides.get(st.name, {})))
+        if ok and ext is not None and st.order[0].extent.same_as(ext):  # type: ignore[union-attr]
+            p = st.order[0]  # type: ignore[union-attr]
+            reads = [x for b in st.bodies for x in walk(b)  # type: ignore[union-attr]
+                     if isinstance(x, Read) and id(x.tensor) in rows]
+            if all(x.indices[rows[id(x.tensor)]] is p for x in reads):
+                st = replace(st, join=True)  # type: ignore[arg-type]
+            else:
+                rows, ext = {}, None
+        else:
+            rows, ext = {}, None
+        if ok:
+            if ext is None:
+                ext = st.order[0].extent  # type: ignore[union-attr]
+            d = st.axes.index(st.order[0])  # type: ignore[union-attr]
+            rows.update({id(t): d for t in st.tensors if t is not None})  # type: ignore[union-attr]
+        out.append(st)
+    return out
 
 
 # -- 5. scatter -------------------------------------------------------------------------

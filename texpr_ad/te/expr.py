@@ -307,10 +307,25 @@ def binary(op: Op, a: object, b: object) -> Expr:
                 raise TypeError(f"`{op.name.lower()}` needs bool operands, got `{x}` of dtype {x.dtype}")
         return Call(op, (a, b), "bool")
     d = dt.promote(a.dtype, b.dtype)
+    folded = _fold_ints(op, a, b, d)
+    if folded is not None:
+        return folded
     if op in (Op.SHL, Op.SHR) and not dt.is_int(d):
         raise TypeError(f"bit shift needs integer operands, got {a.dtype} and {b.dtype}")
     a, b = a.astype(d), b.astype(d)
     return Call(op, (a, b), "bool" if op in _BOOL_RESULT else d)
+
+
+_INT_FOLD = {Op.ADD: lambda x, y: x + y, Op.SUB: lambda x, y: x - y, Op.MUL: lambda x, y: x * y,
+             Op.FLOORDIV: lambda x, y: x // y, Op.FLOORMOD: lambda x, y: x % y, Op.DIV: lambda x, y: x // y}
+
+
+def _fold_ints(op: Op, a: Expr, b: Expr, d: str) -> Expr | None:
+    """`2 - 1` on integer constants folds at construction, as in TVM (index arithmetic)."""
+    if (isinstance(a, Const) and isinstance(b, Const) and op in _INT_FOLD and dt.is_int(d)
+            and not (op in (Op.FLOORDIV, Op.FLOORMOD, Op.DIV) and b.value == 0)):
+        return Const(_INT_FOLD[op](int(a.value), int(b.value)), d)
+    return None
 
 
 def call(op: Op, *args: object, dtype: str | None = None) -> Expr:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from .expr import Call, Const, Expr, IterVar, Read, Reduce, Var
-from .ops import ATOM_PRECEDENCE, INFIX, PRECEDENCE, UNARY_PRECEDENCE, Op
+from .ops import ATOM_PRECEDENCE, COMPARE, INFIX, PRECEDENCE, UNARY_PRECEDENCE, Op
 
 _FUNC = {Op.MIN: "min", Op.MAX: "max", Op.SELECT: "if_then_else", Op.NOT: "logical_not"}
 
@@ -59,6 +59,8 @@ def expr_str(e: Expr) -> str:
                 a, b = args
                 # left-assoc: right operand needs parens at equal precedence (except ** which is right-assoc)
                 sa = _paren(a, p + (1 if op is Op.POW else 0), args)
+                if op in COMPARE and isinstance(a, Const) and not isinstance(b, Const):
+                    sa = f'const({a.value!r}, "{a.dtype}")'  # `0 <= x` would reflect to x >= 0
                 sb = _paren(b, p + (0 if op is Op.POW else 1), args)
                 return f"{sa} {INFIX[op]} {sb}"
             if op is Op.NEG:
