@@ -18,11 +18,6 @@ from texpr_ad import te  # noqa: E402
 from texpr_ad.relax_bridge import (BridgeError, call_te_with_auto_grad,  # noqa: E402
                                    prepare_for_build)
 
-try:
-    from texpr_ad.deriv import grad as _grad  # noqa: F401
-except ImportError:  # the differentiator is written in parallel; skip only on its absence
-    pytest.skip("texpr_ad.deriv.grad not available yet", allow_module_level=True)
-
 SEED = 7321
 print("seed", SEED)
 RNG = np.random.default_rng(SEED)

@@ -383,7 +383,46 @@ def _unique(ts: Sequence) -> list:
 
 def _cuda() -> Any:
     from numba import cuda
+    if simulating():
+        _lock_simulator_shared_arrays()
     return cuda
+
+
+def _lock_simulator_shared_arrays() -> None:
+    """Work around a race in Numba's CUDA simulator.
+
+    `FakeCUDAShared.array` looks an allocation up and creates it on a miss without a
+    lock, so two threads of one block can each create their own "shared" array and a
+    block reduction then combines partial sums that never meet (seen as rare wrong
+    results).  Serializing the lookup-or-create restores the CUDA semantics.
+    """
+    import sys
+    import threading
+    import traceback
+
+    from numba.core import types
+    from numba.cuda.simulator import kernelapi
+    from numba.np import numpy_support
+    shared = kernelapi.FakeCUDAShared
+    if getattr(shared, "_texpr_locked", False):
+        return
+    lock = threading.Lock()
+    unlocked = shared.array
+
+    def array(self: Any, shape: Any, dtype: Any) -> Any:
+        if shape == 0:  # dynamic shared memory: one buffer, nothing to race on
+            return unlocked(self, shape, dtype)
+        if isinstance(dtype, types.Type):
+            dtype = numpy_support.as_dtype(dtype)
+        caller = traceback.extract_stack(sys._getframe(1), limit=1)[0][0:2]  # the kernel line
+        with lock:
+            res = self._allocations.get(caller)
+            if res is None:
+                res = self._allocations[caller] = np.empty(shape, dtype)
+        return res
+
+    shared.array = array
+    shared._texpr_locked = True
 
 
 def simulating() -> bool:
