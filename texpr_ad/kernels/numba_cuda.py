@@ -27,7 +27,7 @@ import numpy as np
 
 from ..schedule.cuda import rectangular_prefix, strategy
 from ..schedule.plan import ComputeStage, Plan, ScatterStage
-from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce
+from ..te.expr import Call, Const, Expr, Read, Reduce
 from ..te.ops import Op
 from ..te.visit import walk
 from .render import (ERR_NAME, EXPR_RULES, KERNEL_NAME, Renderer, Rule, _atom, _is_placeholder,
@@ -326,18 +326,7 @@ class _CudaRender(_Render):
         else:
             self.emit(1, self.r.single_guard)
             depth, points = 2, ""
-        for a in serial:
-            self.range_loop(depth, a, {})
-            depth += 1
-        if not (isinstance(st.condition, Const) and st.condition.value is True):
-            self.emit(depth, f"if {top(self.expr(st.condition, {}))}:")
-            depth += 1
-        idx = []
-        for d, i in enumerate(st.index):
-            s = top(self.expr(i, {}))
-            if not (d == st.parallel_dim or isinstance(i, IterVar)):
-                s = self.check(s, f"{self.tensor(st.tensor)}.shape[{d}]")
-            idx.append(s)
+        depth, idx = self.scatter_target(depth, st, serial)
         value = top(self.expr(st.value, {}))
         if how == "atomic":
             index = idx[0] if len(idx) == 1 else f"({', '.join(idx) or '0'})"

@@ -262,8 +262,7 @@ class _Render:
                 for d, i in enumerate(idx):
                     s = top(self.expr(i, env))
                     if any(isinstance(x, Read) for x in walk(i)):
-                        s = f"{CHECK_NAME}({s}, {self.tensor(t)}.shape[{d}], {ERR_NAME})"
-                        self.checked = self.any_check = True
+                        s = self.check(s, f"{self.tensor(t)}.shape[{d}]")
                     parts.append(s)
                 return f"{self.tensor(t)}[{', '.join(parts)}]"
             case Call(op=op, args=args):
@@ -563,6 +562,29 @@ class _Render:
         finish(depth, v)
 
     # -- scatter stages -----------------------------------------------------------------------------
+    def check(self, i: str, n: str) -> str:
+        """`i`, checked against the bound `n` at run time (data-dependent indices)."""
+        self.checked = self.any_check = True
+        return f"{CHECK_NAME}({i}, {n}, {ERR_NAME})"
+
+    def scatter_target(self, depth: int, st: ScatterStage, serial: Sequence[IterVar]
+                       ) -> tuple[int, list[str]]:
+        """The serial loops and condition of a scatter, and its target index (checked unless
+        the dim is the injective parallel axis or a plain loop variable)."""
+        for a in serial:
+            self.range_loop(depth, a, {})
+            depth += 1
+        if not (isinstance(st.condition, Const) and st.condition.value is True):
+            self.emit(depth, f"if {top(self.expr(st.condition, {}))}:")
+            depth += 1
+        idx = []
+        for d, i in enumerate(st.index):
+            s = top(self.expr(i, {}))
+            if not (d == st.parallel_dim or isinstance(i, IterVar)):
+                s = self.check(s, f"{self.tensor(st.tensor)}.shape[{d}]")
+            idx.append(s)
+        return depth, idx
+
     def scatter(self, st: ScatterStage) -> None:
         self.emit(1, f"# stage {st.name}: scatter-add, {st.strategy}")
         t = st.tensor
@@ -584,19 +606,7 @@ class _Render:
         elif st.parallel_axis is not None:
             depth = self.parallel_nest(depth, st.order[:1], st.name)
             serial = st.order[1:]
-        for a in serial:
-            self.range_loop(depth, a, {})
-            depth += 1
-        if not (isinstance(st.condition, Const) and st.condition.value is True):
-            self.emit(depth, f"if {top(self.expr(st.condition, {}))}:")
-            depth += 1
-        idx = []
-        for d, i in enumerate(st.index):
-            s = top(self.expr(i, {}))
-            if not (d == st.parallel_dim or isinstance(i, IterVar)):
-                s = f"{CHECK_NAME}({s}, {self.tensor(t)}.shape[{d}], {ERR_NAME})"
-                self.checked = self.any_check = True
-            idx.append(s)
+        depth, idx = self.scatter_target(depth, st, serial)
         target = self.index(t, idx)
         self.emit(depth, self.r.scatter_add.format(target=target, value=top(self.expr(st.value, {}))))
 

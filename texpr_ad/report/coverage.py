@@ -56,15 +56,6 @@ class Cell:
     detail: str
     text: str                    # compact rendering of the figure ('' when none)
 
-    def verdict_line(self) -> str:
-        """`N operators in T s — OK` or the gating failures by name."""
-        head = f"{len(self.rows)} operators in {self.elapsed_s:.1f} s — "
-        if not self.failures:
-            return head + "OK: no gating failure"
-        names = ", ".join(f"{o} [{c}]" for o, c, _ in self.failures[:8])
-        more = f" and {len(self.failures) - 8} more" if len(self.failures) > 8 else ""
-        return head + f"{len(self.failures)} gating failure(s): {names}{more}"
-
     def to_json(self) -> dict[str, Any]:
         return {"status": self.status, "figure": self.figure, "detail": self.detail,
                 "text": self.text}
