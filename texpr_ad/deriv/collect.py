@@ -36,6 +36,10 @@ def _mul(a: Expr | None, b: Expr) -> Expr:
         return b
     if isinstance(b, Const) and b.value == 1:
         return a
+    match a:
+        case Call(op=Op.DIV, args=(Const(value=1) | Const(value=1.0), d)):
+            return b / d  # (1/d) * b -> b/d: one rounding, and the forward's own a/d shape, so
+            #               the forward output can stand in for it (see adjoint._stage_terms)
     return a * b
 
 

@@ -79,6 +79,7 @@ PARTIALS: dict[Op, Callable[[Call], Partials]] = {
     Op.ATAN: lambda n: (_c(1.0, n) / (_c(1.0, n) + n.args[0] * n.args[0]),),  # 1/(1+a^2)
     Op.ABS: lambda n: (ti.sign(n.args[0]),),                       # d |a| = sign a (0 at 0, PyTorch)
     Op.CAST: _cast_partials,
+    Op.STOP_GRADIENT: lambda n: (None,),                           # a constant to differentiation
     # integer-valued (piecewise-constant) functions: exact zero almost everywhere
     Op.FLOOR: _ZERO1, Op.CEIL: _ZERO1, Op.TRUNC: _ZERO1, Op.ROUND: _ZERO1, Op.SIGN: _ZERO1,
     Op.FLOORDIV: _ZERO2, Op.FLOORMOD: _ZERO2,

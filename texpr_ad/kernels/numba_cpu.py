@@ -5,12 +5,33 @@
 """
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
+from ..te.ops import Op
 from . import cache
-from .render import KERNEL_NAME, Renderer
+from .render import EXPR_RULES, KERNEL_NAME, Renderer, Rule, _one
+
+# float32 exp/tanh/sigmoid through the vectorizable polynomials of vecmath.py; the header
+# names that file's hash, so cached kernels are rebuilt when it changes
+_VECMATH = hashlib.sha256((Path(__file__).parent / "vecmath.py").read_bytes()).hexdigest()[:12]
+
+
+def _on_float32(op: Op, rule: Rule) -> Rule:
+    """`rule` where the call's dtype is float32, the shared EXPR_RULES entry otherwise."""
+    other = EXPR_RULES[op]
+    return lambda e, a: (rule if e.dtype == "float32" else other)(e, a)
+
+
+_VEC_RULES: dict[Op, Rule] = {
+    Op.EXP: _on_float32(Op.EXP, lambda e, a: f"exp_f32({a[0]})"),
+    Op.TANH: _on_float32(Op.TANH, lambda e, a: f"tanh_f32({a[0]})"),
+    Op.SIGMOID: _on_float32(Op.SIGMOID, lambda e, a: f"({_one(e.dtype)} / ({_one(e.dtype)} + "
+                                                    f"exp_f32(-{a[0]})))"),
+}
 
 
 class CPURenderer(Renderer):
@@ -23,7 +44,9 @@ class CPURenderer(Renderer):
 
     target = "cpu"
     header = ("import math", "import numpy as np", "from numba import njit, objmode, prange",
-              "from texpr_ad.kernels.numba_cpu import blas_matmul")
+              "from texpr_ad.kernels.numba_cpu import blas_matmul",
+              f"from texpr_ad.kernels.vecmath import exp_f32, tanh_f32  # vecmath {_VECMATH}")
+    rules = {**EXPR_RULES, **_VEC_RULES}
     helper_decorator = "@njit(cache=True)"
     kernel_decorator_parallel = ("@njit(parallel={'fusion': False}, error_model='numpy', "
                                  "cache=True)")

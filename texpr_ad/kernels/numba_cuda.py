@@ -93,7 +93,7 @@ CUDA_RULES: dict[Op, Rule] = {
     Op.SIGMOID: lambda e, a: f"({_one(e.dtype)} / ({_one(e.dtype)} + math.exp(-{a[0]})))",
     Op.SIN: _math("sin"), Op.COS: _math("cos"), Op.ATAN: _math("atan"),
     Op.FLOOR: _integral("floor"), Op.CEIL: _integral("ceil"), Op.TRUNC: _integral("trunc"),
-    Op.ROUND: _rint, Op.SIGN: _sign,
+    Op.ROUND: _rint, Op.SIGN: _sign, Op.STOP_GRADIENT: lambda e, a: a[0],
 }
 
 # -- the renderer -------------------------------------------------------------------------------

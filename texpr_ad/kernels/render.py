@@ -81,6 +81,7 @@ EXPR_RULES: dict[Op, Rule] = {
     Op.CEIL: _fn("np.ceil"), Op.TRUNC: _fn("np.trunc"),
     Op.ROUND: _fn("np.rint"),  # half to even, as np.round
     Op.SIGN: _fn("np.sign"),
+    Op.STOP_GRADIENT: lambda e, a: a[0],
 }
 
 
@@ -118,7 +119,7 @@ def top(s: str) -> str:
 
 _RESERVED = set(keyword.kwlist) | {
     "np", "math", "numba", "njit", "prange", "cuda", "range", "min", "max", "abs", "int",
-    "float", "bool", "len", "print", KERNEL_NAME, CHECK_NAME, ERR_NAME}
+    "float", "bool", "len", "print", "exp_f32", "tanh_f32", KERNEL_NAME, CHECK_NAME, ERR_NAME}
 
 
 class Names:
@@ -184,6 +185,7 @@ class _Render:
         self.scope = ""  # the stage being rendered
         self.checked = False  # a data-dependent index check was emitted in the current stage
         self.any_check = False
+        self.row_dim: dict[int, int] = {}  # tensor id -> the dim a row buffer leaves out
 
     # -- top level ---------------------------------------------------------------------
     def source(self) -> str:
@@ -264,7 +266,7 @@ class _Render:
                     if any(isinstance(x, Read) for x in walk(i)):
                         s = self.check(s, f"{self.tensor(t)}.shape[{d}]")
                     parts.append(s)
-                return f"{self.tensor(t)}[{', '.join(parts)}]"
+                return self.index(t, parts)
             case Call(op=op, args=args):
                 return self.r.rules[op](e, [self.expr(a, env) for a in args])
         raise TypeError(f"cannot render {type(e).__name__} `{e}`")
@@ -276,6 +278,9 @@ class _Render:
         return f"({s[0]},)" if len(s) == 1 else f"({', '.join(s)})"
 
     def index(self, t: Tensor | None, idx: Sequence[str]) -> str:
+        d = self.row_dim.get(id(t))
+        if d is not None:  # a row buffer has no parallel dim
+            idx = [*idx[:d], *idx[d + 1:]]
         return f"{self.tensor(t)}[{', '.join(idx) if idx else '0'}]"  # type: ignore[arg-type]
 
     # -- loops ------------------------------------------------------------------------------
@@ -338,18 +343,26 @@ class _Render:
         for st in group:
             self.scope = st.name
             self.emit(1, f"# stage {st.name}: {_describe(st)}")
-            for t, b in zip(st.tensors, st.bodies, strict=True):
-                if t is not None:
-                    self.emit(1, f"{self.tensor(t)} = np.empty("
-                                 f"{self.shape([a.extent for a in st.axes])}, "
-                                 f"dtype=np.{b.dtype if b.dtype != 'bool' else 'bool_'})")
+            if st.row_buffer:
+                d = st.axes.index(st.order[0])
+                self.row_dim.update({id(t): d for t in st.tensors if t is not None})
+            else:
+                self.allocate(1, st, st.axes)
         head = group[0]
         var = self.names.fresh(f"{head.name}_p")
         self.parallel_head(1, var, top(self.expr(head.order[0].extent, {})))
         for st in group:
             self.scope = st.name
+            if st.row_buffer:
+                self.allocate(2, st, [a for a in st.axes if a is not st.order[0]])
             self.emit(2, f"{self.axis(st.order[0])} = {var}  # stage {st.name}")
             self.loops_and_body(st, 2, st.order[1:])
+
+    def allocate(self, depth: int, st: ComputeStage, axes: Sequence[IterVar]) -> None:
+        for t, b in zip(st.tensors, st.bodies, strict=True):
+            if t is not None:
+                self.emit(depth, f"{self.tensor(t)} = np.empty({self.shape([a.extent for a in axes])}, "
+                                 f"dtype=np.{b.dtype if b.dtype != 'bool' else 'bool_'})")
 
     def loops_and_body(self, st: ComputeStage, depth: int, serial: Sequence[IterVar]) -> None:
         """The serial loops of `st`, its reductions and its stores."""
@@ -391,13 +404,18 @@ class _Render:
 
     def lane_reduction(self, depth: int, groups: list[Reduce], env: dict[Expr, str], stage: str,
                        lanes: int) -> None:
-        """A single-valued reduction whose innermost loop is unrolled into `lanes` accumulators."""
+        """A single-valued reduction whose innermost loop folds into `lanes` accumulators.
+
+        The accumulators are a small array updated by an inner `for lane in range(lanes)`
+        loop: every lane is its own memory slot, so LLVM vectorizes that loop without
+        reassociating anything (scalar accumulators defeat it once the body holds a call
+        such as exp_f32).  Lanes combine pairwise at the end.
+        """
         r = groups[0]
         comb = r.combiner
         ident = top(self.expr(comb.identity[0], {}))
-        accs = [self.names.fresh(f"{stage}_acc{u}") for u in range(lanes)]
-        for a in accs:
-            self.emit(depth, f"{a} = {ident}")
+        acc, lane = self.names.fresh(f"{stage}_lanes"), self.names.fresh("lane")
+        self.emit(depth, f"{acc} = np.full({lanes}, {ident}, dtype=np.{r.dtype})")
         d = depth
         for ax in r.axis[:-1]:
             self.range_loop(d, ax, env)
@@ -407,23 +425,24 @@ class _Render:
         main = ext - ext % lanes
         kk = self.names.fresh(f"{self.axis(k)}_u")
         self.emit(d, f"for {kk} in range({lo}, {lo + main}, {lanes}):")
-        for u, a in enumerate(accs):
-            lenv = {**env, k: f"({kk} + {u})" if u else kk}
-            self.combine(d + 1, comb, [a], [self.expr(r.source[0], lenv)], [a], stage)
+        self.emit(d + 1, f"for {lane} in range({lanes}):")
+        slot = f"{acc}[{lane}]"
+        src = self.expr(r.source[0], {**env, k: f"({kk} + {lane})"})
+        self.combine(d + 2, comb, [slot], [src], [slot], stage)
         if main < ext:
             self.emit(d, f"for {self.axis(k)} in range({lo + main}, {lo + ext}):")
-            self.combine(d + 1, comb, [accs[0]], [self.expr(r.source[0], env)], [accs[0]], stage)
-        level = accs
+            self.combine(d + 1, comb, [f"{acc}[0]"], [self.expr(r.source[0], env)], [f"{acc}[0]"], stage)
+        level = [f"{acc}[{u}]" for u in range(lanes)]
         while len(level) > 1:  # pairwise: ((a0 + a1) + (a2 + a3)) + ...
-            nxt = []
             for p in range(0, len(level), 2):
                 self.combine(depth, comb, [level[p]], [level[p + 1]], [level[p]], stage)
-                nxt.append(level[p])
-            level = nxt
+            level = level[::2]
         if r.init:
-            self.combine(depth, comb, [self.expr(r.init[0], env)], [accs[0]], [accs[0]], stage)
+            self.combine(depth, comb, [self.expr(r.init[0], env)], [level[0]], [level[0]], stage)
+        out = self.names.fresh(f"{stage}_acc")
+        self.emit(depth, f"{out} = {level[0]}")
         for g in groups:
-            env[g] = accs[0]
+            env[g] = out
 
     def combine(self, depth: int, comb: CommReducer, lhs: list[str], rhs: list[str], dest: list[str],
                 stage: str) -> None:

@@ -160,10 +160,15 @@ def dropout(x: Tensor, mask: Tensor, rate: float = 0.5) -> Tensor:
 # --------------------------------------------------------------------------------------------
 
 def _max_and_sumexp(x: Tensor, ax: int, name: str) -> tuple[Tensor, Tensor]:
-    """m = max over `ax`, s = sum over `ax` of exp(x - m) (both with `ax` dropped)."""
+    """m = max over `ax`, s = sum over `ax` of exp(x - m) (both with `ax` dropped).
+
+    The result does not depend on m (any shift cancels), so m is a `stop_gradient`:
+    the adjoint does not differentiate the max only to sum its gradient to zero.
+    """
     red_shape = drop_at(x.shape, ax)
     k = te.reduce_axis((0, x.shape[ax]), "k")
-    m = te.compute(red_shape, lambda *i: te.max(x[insert_at(i, ax, k)], axis=k), name=name + "_max")
+    m = te.compute(red_shape, lambda *i: te.stop_gradient(te.max(x[insert_at(i, ax, k)], axis=k)),
+                   name=name + "_max")
     k2 = te.reduce_axis((0, x.shape[ax]), "k")
     s = te.compute(red_shape, lambda *i: te.sum(te.exp(x[insert_at(i, ax, k2)] - m[i]), axis=k2),
                    name=name + "_sumexp")

@@ -219,18 +219,21 @@ def std(data: Tensor, axis: Any = None, keepdims: bool = False, unbiased: bool =
 
 
 def logsumexp(data: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
-    """log(sum(exp(x))) over `axis`, stabilized: m + log(sum(exp(x - m))), m = max(x)."""
+    """log(sum(exp(x))) over `axis`, stabilized: m + log(sum(exp(x - m))), m = max(x).
+
+    Any m gives the same value, so m is a `stop_gradient` in both places it is used.
+    """
     axes = _axes(data, axis, "logsumexp")
     m = max(data, axes, keepdims=True)
     shape, to_input, raxes = reduce_map(data, axes, keepdims, "logsumexp")
     s = te.compute(shape, lambda *i: te.sum(
-        te.exp(data[to_input(i)] - m[_keep_index(to_input(i), axes)]), axis=raxes),
+        te.exp(data[to_input(i)] - te.stop_gradient(m[_keep_index(to_input(i), axes)])), axis=raxes),
         name="T_sumexp")
 
     def body(*i: Any) -> Any:
         it = iter(i)  # without keepdims the output index holds only the kept dims
         mi = i if keepdims else tuple(0 if a in axes else next(it) for a in range(data.ndim))
-        return te.log(s[i]) + m[mi]
+        return te.log(s[i]) + te.stop_gradient(m[mi])
 
     return te.compute(shape, body, name="T_logsumexp")
 

@@ -112,6 +112,7 @@ def _unary_table() -> dict[Op, Callable[[Any], Any]]:
         Op.SIGMOID: tirx.sigmoid, Op.ERF: tirx.erf, Op.SIN: tirx.sin, Op.COS: tirx.cos,
         Op.ATAN: tirx.atan, Op.ABS: tirx.abs, Op.FLOOR: tirx.floor, Op.CEIL: tirx.ceil,
         Op.TRUNC: tirx.trunc, Op.ROUND: tirx.round, Op.SIGN: _sign,
+        Op.STOP_GRADIENT: lambda x: x,
     }
 
 

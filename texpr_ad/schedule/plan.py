@@ -104,6 +104,9 @@ class ComputeStage:
     accumulate: Accumulate | None = None  # CPU only: row accumulation / split partial sums
     lanes: int = 1  # CPU only: the innermost reduction loop folds into this many accumulators
     join: bool = False  # CPU only: runs inside the previous stage's prange (see planner step 8)
+    # CPU only: an intermediate that only later stages of its joined prange read, at the shared
+    # parallel index: a buffer per parallel iteration without that dim (stays in cache)
+    row_buffer: bool = False
 
     @property
     def parallel_axes(self) -> tuple[IterVar, ...]:
@@ -203,8 +206,11 @@ def _stage_lines(s: Stage) -> list[str]:
             if s.join:
                 out.append("  joined: runs inside the previous stage's prange (same parallel "
                            "axis; reads the earlier stages of the loop only at its own index)")
+            if s.row_buffer:
+                out.append("  row buffer: only later stages of this prange read it, at the same "
+                           "parallel index, so each iteration keeps its slice in a small buffer")
             if s.lanes > 1:
-                out.append(f"  lanes: the innermost reduction loop is unrolled into {s.lanes} "
+                out.append(f"  lanes: the innermost reduction loop folds into {s.lanes} "
                            f"independent accumulators, combined pairwise at the end")
         case ScatterStage():
             head = (f"stage {s.name} [{role}, materialized] scatter-add into zeros"

@@ -9,7 +9,10 @@ Steps, each a small function below:
                    elementwise compute (no reduction) read exactly once, outside any
                    reduction, at an index that is a permutation of all the reader's
                    data axes: each of its elements is then computed at most once, so
-                   inlining never duplicates work.  Everything else is materialized.
+                   inlining never duplicates work.  A stage that is one plain read (a
+                   copy, broadcast or transpose) or a constant is inlined wherever it
+                   is read: a load from its source costs what a load from it would, and
+                   the store is saved.  Everything else is materialized.
 4. `_loop_nest`  - data loops in declared order (the last axis, contiguous in memory,
                    innermost); the leading axes are fused into one `prange` until the
                    parallel loop has at least `MIN_PARALLEL_CHUNKS` iterations (never
@@ -52,7 +55,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from ..te.dag import topo_order
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, Var, const
@@ -101,7 +104,7 @@ def plan_kernel(outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str
     _check_overrides(overrides, ops, names)
     uses = _uses(ops)
     out_ops = {id(t.op) for t in outputs}
-    inlined: dict[int, _Use] = {}
+    inlined: dict[int, list[_Use]] = {}
     why_kept: dict[int, str] = {}
     for op in ops:
         ov = overrides.get(names[id(op)], {})
@@ -112,7 +115,7 @@ def plan_kernel(outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str
             raise ScheduleError(f"cannot inline stage {names[id(op)]!r}: {why}; "
                                 f"remove the 'inline' override")
         if want:
-            inlined[id(op)] = uses[id(op)][0]
+            inlined[id(op)] = uses[id(op)]
     expand = _Expander(set(inlined), names)
     stages: list[Stage] = []
     tensors_of = _tensors_of(outputs)
@@ -137,10 +140,13 @@ def plan_kernel(outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str
             st = replace(st, notes=(f"materialized: {why_kept[id(op)]}", *st.notes))
         stages.append(st)
     if target == "cpu":
-        stages = _join_stages(stages, overrides)
-    inl = tuple(Inline(names[k], names[id(u.reader)], "read once, outside any reduction, at "
-                       f"the reader's own data axes ({expr_str(u.read)})")
-                for k, u in inlined.items())
+        stages = _row_buffers(_join_stages(stages, overrides))
+    inl = tuple(Inline(names[k], ", ".join(dict.fromkeys(names[id(u.reader)] for u in us)),
+                       f"read once, outside any reduction, at the reader's own data axes "
+                       f"({expr_str(us[0].read)})" if len(us) == 1 and not us[0].under_reduce else
+                       "a plain read of its source (copy, broadcast, transpose): re-reading the "
+                       "source where it is used costs what reading it back would")
+                for k, us in inlined.items())
     return Plan(target, inputs, outputs, _params(inputs, outputs, ops), tuple(stages), inl)
 
 
@@ -242,6 +248,8 @@ def _inline_ok(op: ComputeOp | ScatterOp, uses: list[_Use], is_output: bool) -> 
         return "it has several outputs"
     if any(isinstance(x, Reduce) for x in walk(op.body[0])):
         return "it contains a reduction (inlining could repeat its work)"
+    if _plain_read(op.body[0]) and not any(u.in_bound for u in uses):
+        return None  # a copy/broadcast/transpose: re-reading its source costs what reading it would
     if len(uses) != 1:
         return f"it is read {len(uses)} times (inlining would recompute it)"
     u = uses[0]
@@ -252,6 +260,14 @@ def _inline_ok(op: ComputeOp | ScatterOp, uses: list[_Use], is_output: bool) -> 
             and len(set(ix)) == len(ix) == len(u.reader.axis) and set(ix) == set(u.reader.axis)):
         return f"it is read at {expr_str(u.read)}, not at a permutation of the reader's axes"
     return None
+
+
+def _plain_read(e: Expr) -> bool:
+    """A constant, or one read at indices computed from loop axes only (no data-dependent index)."""
+    if isinstance(e, Call) and e.op is Op.STOP_GRADIENT:  # an identity to the kernels
+        e = e.args[0]
+    return isinstance(e, Const) or (isinstance(e, Read) and not any(
+        isinstance(x, Read) for i in e.indices for x in walk(i)))
 
 
 class _Expander:
@@ -606,6 +622,8 @@ def _contraction(st: ComputeStage) -> Contraction | None:
         ra, rb, sa, sb = rb, ra, sb, sa
     m = [a for a in rest if a in sa]
     n = [a for a in rest if a in sb]
+    if not m and not n:
+        return None  # batched dot products: memory-bound, the loop strategies do better
     work = _work(data, (body,))
     if work < MIN_BLAS_WORK or math.isinf(work):
         return None  # small, or symbolic dims (size unknown until the call): loops
@@ -698,6 +716,46 @@ def _join_stages(stages: list[Stage], overrides: Mapping[str, Mapping[str, Any]]
             d = st.axes.index(st.order[0])  # type: ignore[union-attr]
             rows.update({id(t): d for t in st.tensors if t is not None})  # type: ignore[union-attr]
         out.append(st)
+    return out
+
+
+def _reads(st: Stage) -> Iterator[Read]:
+    """Every tensor read of a stage, reduction bounds and BLAS operands included."""
+    exprs = st.bodies if isinstance(st, ComputeStage) else (*st.index, st.value, st.condition)
+    for e in exprs:
+        for x in walk(e):
+            if isinstance(x, Read):
+                yield x
+            elif isinstance(x, Reduce):
+                yield from (r for a in x.axis for b in (a.lo, a.extent) for r in walk(b)
+                            if isinstance(r, Read))
+    if isinstance(st, ComputeStage) and st.contraction is not None:
+        c = st.contraction
+        yield from (Read(t, (), t.dtype) for t in (c.a, c.b))
+
+
+def _row_buffers(stages: list[Stage]) -> list[Stage]:
+    """Joined intermediates read only inside their own prange become per-iteration buffers."""
+    group: list[int] = []  # the current joined group, as positions in `stages`
+    groups: list[list[int]] = []
+    for k, st in enumerate(stages):
+        if getattr(st, "join", False) and group:
+            group.append(k)
+        else:
+            group = [k]
+            groups.append(group)
+    readers: dict[int, set[int]] = {}  # tensor id -> positions of the stages reading it
+    for k, st in enumerate(stages):
+        for r in _reads(st):
+            readers.setdefault(id(r.tensor), set()).add(k)
+    out = list(stages)
+    for g in groups:
+        for k in g[:-1] if len(g) > 1 else ():
+            st = out[k]
+            ts = [t for t in st.tensors if t is not None]  # type: ignore[union-attr]
+            if (not st.is_output and ts and len(st.axes) > 1  # type: ignore[union-attr]
+                    and all(readers.get(id(t), set()) <= set(g) - {k} for t in ts)):
+                out[k] = replace(st, row_buffer=True)  # type: ignore[arg-type]
     return out
 
 

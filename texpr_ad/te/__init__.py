@@ -5,7 +5,8 @@ from .expr import Call, CommReducer, Const, EqualOp, Expr, IterVar, Read, Reduce
 from .interp import evaluate
 from .intrin import (abs, all, any, atan, cast, ceil, cos, erf, exp, floor, floordiv, floormod,
                      if_then_else, indexdiv, indexmod, left_shift, log, log1p, logical_not, pow,
-                     power, right_shift, round, rsqrt, select, sigmoid, sign, sin, sqrt, tanh, trunc)
+                     power, right_shift, round, rsqrt, select, sigmoid, sign, sin, sqrt, stop_gradient,
+                     tanh, trunc)
 from .ops import Op
 from .printer import expr_str, stage_str, tensor_str
 from .reduce import Reducer, comm_reducer, max, max_value, min, min_value, prod, sum
@@ -20,5 +21,5 @@ __all__ = [
     "if_then_else", "indexdiv", "indexmod", "left_shift", "log", "log1p", "logical_not", "max",
     "max_value", "min", "min_value", "placeholder", "placeholders", "pow", "power", "prod",
     "reduce_axis", "right_shift", "round", "rsqrt", "select", "sigmoid", "sign", "sin", "sqrt",
-    "stage_str", "sum", "tanh", "tensor_str", "topo_order", "trunc", "var",
+    "stage_str", "stop_gradient", "sum", "tanh", "tensor_str", "topo_order", "trunc", "var",
 ]

@@ -54,7 +54,7 @@ NUMPY_IMPL: dict[Op, Callable[..., Any]] = {
     Op.RSQRT: lambda x: 1 / np.sqrt(x), Op.TANH: np.tanh,
     Op.SIGMOID: lambda x: 1 / (1 + np.exp(-x)), Op.ERF: _erf_t, Op.SIN: np.sin, Op.COS: np.cos,
     Op.ATAN: np.arctan, Op.ABS: np.abs, Op.FLOOR: np.floor, Op.CEIL: np.ceil, Op.TRUNC: np.trunc,
-    Op.ROUND: np.round, Op.SIGN: np.sign,
+    Op.ROUND: np.round, Op.SIGN: np.sign, Op.STOP_GRADIENT: lambda x: x,
 }
 
 

@@ -41,6 +41,17 @@ round = _float_unary(Op.ROUND)  # noqa: A001
 sign = _float_unary(Op.SIGN)
 
 
+def stop_gradient(x: Any) -> Expr:
+    """`x` itself, but differentiation treats it as a constant (its adjoint is zero).
+
+    For shifts that cancel mathematically, like the max subtracted in a stable
+    softmax: without it the derived adjoint computes the max's gradient only to add
+    up to zero (`jax.nn.softmax` does the same with `lax.stop_gradient`).
+    """
+    e = as_expr(x)
+    return Call(Op.STOP_GRADIENT, (e,), e.dtype)
+
+
 def power(a: Any, b: Any) -> Expr:
     return binary(Op.POW, a, b)
 

@@ -55,6 +55,7 @@ class Op(Enum):
     TRUNC = auto()
     ROUND = auto()  # half to even, as NumPy and PyTorch
     SIGN = auto()
+    STOP_GRADIENT = auto()  # identity whose adjoint is zero (jax.lax.stop_gradient)
 
 
 BINARY_ARITH = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV, Op.FLOORMOD,
@@ -65,7 +66,7 @@ SHIFT = frozenset({Op.SHL, Op.SHR})
 UNARY_MATH = frozenset({Op.EXP, Op.LOG, Op.LOG1P, Op.SQRT, Op.RSQRT, Op.TANH, Op.SIGMOID,
                         Op.ERF, Op.SIN, Op.COS, Op.ATAN, Op.ABS, Op.FLOOR, Op.CEIL,
                         Op.TRUNC, Op.ROUND, Op.SIGN})
-UNARY = UNARY_MATH | {Op.NEG, Op.NOT, Op.CAST}
+UNARY = UNARY_MATH | {Op.NEG, Op.NOT, Op.CAST, Op.STOP_GRADIENT}
 # integer-valued functions of real arguments: derivative exactly zero almost everywhere
 PIECEWISE_CONST = frozenset({Op.FLOOR, Op.CEIL, Op.TRUNC, Op.ROUND, Op.SIGN, Op.FLOORDIV,
                              Op.FLOORMOD}) | COMPARE | LOGIC | SHIFT

@@ -1,0 +1,75 @@
+"""The vectorizable float32 exp/tanh of the CPU kernels: accuracy against float64 NumPy, IEEE
+special values, and that the renderer uses them for float32 only."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import njit
+
+import texpr_ad as ta
+from texpr_ad import te
+from texpr_ad.kernels.vecmath import exp_f32, tanh_f32
+
+
+@njit(error_model="numpy")
+def _map_exp(x, out):
+    for i in range(x.size):
+        out[i] = exp_f32(x[i])
+
+
+@njit(error_model="numpy")
+def _map_tanh(x, out):
+    for i in range(x.size):
+        out[i] = tanh_f32(x[i])
+
+
+def _max_ulp(fn, x: np.ndarray, exact: np.ndarray) -> float:
+    """Largest |got - exact| in units of the float32 spacing at the exact value (finite results)."""
+    got = np.empty_like(x)
+    fn(x, got)
+    with np.errstate(over="ignore"):
+        w32 = exact.astype(np.float32)
+    ok = np.isfinite(w32)
+    ulp = np.spacing(np.abs(w32[ok])).astype(np.float64)
+    return float((np.abs(got[ok].astype(np.float64) - exact[ok]) / ulp).max())
+
+
+def test_exp_f32_within_1_5_ulp_over_the_whole_range():
+    x = np.linspace(-104.0, 88.7, 2_000_001, dtype=np.float32)  # subnormal to near overflow
+    x = np.concatenate([x, np.random.default_rng(0).standard_normal(200_000).astype(np.float32)])
+    assert _max_ulp(_map_exp, x, np.exp(x.astype(np.float64))) <= 1.5
+
+
+def test_tanh_f32_within_4_ulp():
+    rng = np.random.default_rng(1)
+    x = np.concatenate([np.linspace(-12, 12, 2_000_001, dtype=np.float32),
+                        np.logspace(-30, 1, 100_000, dtype=np.float32),
+                        -np.logspace(-30, 1, 100_000, dtype=np.float32),
+                        rng.standard_normal(100_000).astype(np.float32)])
+    assert _max_ulp(_map_tanh, x, np.tanh(x.astype(np.float64))) <= 4.0
+
+
+@pytest.mark.parametrize("fn, ref", [(_map_exp, np.exp), (_map_tanh, np.tanh)])
+def test_special_values_match_numpy(fn, ref):
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 89.0, -105.0, 88.72, -87.5, 1e-40],
+                 dtype=np.float32)
+    got = np.empty_like(x)
+    fn(x, got)
+    with np.errstate(over="ignore"):
+        want = ref(x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    fin = ~np.isnan(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=3e-7, atol=0)
+    np.testing.assert_array_equal(np.signbit(got[fin]), np.signbit(want[fin]))
+
+
+@pytest.mark.parametrize("dtype, uses", [("float32", True), ("float64", False)])
+def test_renderer_uses_them_for_float32_only(dtype, uses):
+    x = te.placeholder((64,), dtype, name="x")
+    y = te.compute((64,), lambda i: te.exp(x[i]) + te.tanh(x[i]) + te.sigmoid(x[i]), name="y")
+    k = ta.build([y], [x])
+    assert ("exp_f32(" in k.source and "tanh_f32(" in k.source) == uses
+    a = np.linspace(-5, 5, 64).astype(dtype)
+    want = np.exp(a) + np.tanh(a) + 1 / (1 + np.exp(-a))
+    tol = 1e-6 if dtype == "float32" else 1e-14
+    np.testing.assert_allclose(k(a)[0], want, rtol=tol, atol=tol)
