@@ -15,6 +15,7 @@ Environment: `TEXPR_DEBUG>=2` prints each plan, `>=3` also the source;
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -57,11 +58,22 @@ def build(outputs: Sequence[Tensor] | Tensor, inputs: Sequence[Tensor], target: 
 
 
 class Kernel:
-    """A compiled kernel: call it with one array per input, in the order of `inputs`."""
+    """A compiled kernel: call it with one array per input, in the order of `inputs`.
+
+    Large intermediates (the renderer's `workspace`: im2col buffers, materialized
+    stages of 1 MiB or more) are allocated on a thread's first call and reused by its
+    later calls, as long as the kernel lives: fresh allocations that size come from
+    `mmap`, and faulting their pages in again on every call cost more than the stage
+    that fills them.  Outputs are always new arrays.
+    """
 
     def __init__(self, plan: Plan, renderer: Renderer | None = None) -> None:
         self.plan = plan
-        self.source = (renderer or CPURenderer()).render(plan)
+        renderer = renderer or CPURenderer()
+        self.source = renderer.render(plan)
+        self._ws_spec = [(tuple(int(s.value) for s in t.shape), t.dtype)  # type: ignore[attr-defined]
+                         for t in renderer.workspace(plan)]
+        self._ws = threading.local()
         level = debug_level()
         if level >= 2:
             print(plan)
@@ -79,8 +91,12 @@ class Kernel:
 
     def __call__(self, *arrays: Any) -> tuple[np.ndarray, ...]:
         args, params = self._prepare(arrays)
+        ws = getattr(self._ws, "arrays", None)
+        if ws is None:
+            ws = self._ws.arrays = [np.empty(s, dtype=d if d != "bool" else np.bool_)
+                                    for s, d in self._ws_spec]
         try:
-            res = self._fn(*args, *params)
+            res = self._fn(*args, *params, *ws)
         except Exception as e:
             if type(e).__module__.startswith("numba"):  # a bug of ours, not the user's: say where
                 raise RuntimeError(

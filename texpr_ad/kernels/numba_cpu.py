@@ -53,6 +53,7 @@ class CPURenderer(Renderer):
     kernel_decorator_serial = "@njit(error_model='numpy', cache=True)"
     parallel_loop = ("for {var} in prange({extent}):",)
     scatter_add = "{target} += {value}"
+    workspace_min_bytes = 1 << 20
 
 
 _POOL: list = []  # one ThreadPoolExecutor, created on first use

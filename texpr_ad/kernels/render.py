@@ -16,6 +16,8 @@ import math
 import re
 from typing import Callable, Iterator, Sequence
 
+import numpy as np
+
 from ..te import dtype as dt
 from ..te.expr import Call, CommReducer, Const, Expr, IterVar, Read, Reduce, Var
 from ..te.ops import Op
@@ -160,6 +162,27 @@ class Renderer:
     parallel_loop: tuple[str, ...] = ("for {var} in range({extent}):",)
     scatter_add = "{target} += {value}"
     rules: dict[Op, Rule] = EXPR_RULES
+    # intermediates of at least this many bytes (static shapes) are kernel arguments, allocated
+    # by the caller once and reused across calls (see `workspace`); None: always allocated here
+    workspace_min_bytes: int | None = None
+
+    def workspace(self, plan: Plan) -> tuple[Tensor, ...]:
+        """The intermediates passed in as preallocated arrays, in argument order."""
+        if self.workspace_min_bytes is None:
+            return ()
+        outs = {id(t) for t in plan.outputs}
+        found: list[Tensor] = []
+        for st in plan.stages:
+            if getattr(st, "row_buffer", False):
+                continue
+            ts = st.tensors if isinstance(st, ComputeStage) else (st.tensor,)
+            for t in ts:
+                if t is None or id(t) in outs or not all(isinstance(s, Const) for s in t.shape):
+                    continue
+                n = math.prod(int(s.value) for s in t.shape) * np.dtype(_np_dtype(t.dtype)).itemsize
+                if n >= self.workspace_min_bytes:
+                    found.append(t)
+        return tuple(found)
 
     def render(self, plan: Plan) -> str:
         return _Render(self, plan).source()
@@ -186,11 +209,14 @@ class _Render:
         self.checked = False  # a data-dependent index check was emitted in the current stage
         self.any_check = False
         self.row_dim: dict[int, int] = {}  # tensor id -> the dim a row buffer leaves out
+        self.ws: set[int] = set()  # ids of the tensors passed in as workspace arguments
 
     # -- top level ---------------------------------------------------------------------
     def source(self) -> str:
         p = self.plan
         args = [self.tensor(t) for t in p.inputs] + [self.names.get(v, v.name) for v in p.params]
+        self.ws = {id(t) for t in self.r.workspace(p)}
+        args += [self.tensor(t) for t in self.r.workspace(p)]
         body: list[str] = []
         groups: list[list] = []
         for st in p.stages:
@@ -321,10 +347,7 @@ class _Render:
     # -- compute stages -------------------------------------------------------------------------
     def compute(self, st: ComputeStage) -> None:
         self.emit(1, f"# stage {st.name}: {_describe(st)}")
-        for t, b in zip(st.tensors, st.bodies, strict=True):
-            if t is not None:
-                self.emit(1, f"{self.tensor(t)} = np.empty({self.shape([a.extent for a in st.axes])}, "
-                             f"dtype=np.{b.dtype if b.dtype != 'bool' else 'bool_'})")
+        self.allocate(1, st, st.axes)
         if st.contraction is not None:
             self.contraction(st)
             return
@@ -359,10 +382,11 @@ class _Render:
             self.loops_and_body(st, 2, st.order[1:])
 
     def allocate(self, depth: int, st: ComputeStage, axes: Sequence[IterVar]) -> None:
+        """`np.empty` for the stage's tensors (a workspace argument needs none)."""
         for t, b in zip(st.tensors, st.bodies, strict=True):
-            if t is not None:
+            if t is not None and id(t) not in self.ws:
                 self.emit(depth, f"{self.tensor(t)} = np.empty({self.shape([a.extent for a in axes])}, "
-                                 f"dtype=np.{b.dtype if b.dtype != 'bool' else 'bool_'})")
+                                 f"dtype=np.{_np_dtype(b.dtype)})")
 
     def loops_and_body(self, st: ComputeStage, depth: int, serial: Sequence[IterVar]) -> None:
         """The serial loops of `st`, its reductions and its stores."""
@@ -607,8 +631,10 @@ class _Render:
     def scatter(self, st: ScatterStage) -> None:
         self.emit(1, f"# stage {st.name}: scatter-add, {st.strategy}")
         t = st.tensor
-        dtype = t.dtype if t.dtype != "bool" else "bool_"
-        self.emit(1, f"{self.tensor(t)} = np.zeros({self.shape(st.shape)}, dtype=np.{dtype})")
+        if id(t) in self.ws:
+            self.emit(1, f"{self.tensor(t)}.fill(0)")
+        else:
+            self.emit(1, f"{self.tensor(t)} = np.zeros({self.shape(st.shape)}, dtype=np.{_np_dtype(t.dtype)})")
         depth, serial = 1, st.order
         if st.parallel_axis is not None and st.block:
             p, n = st.parallel_axis, int(st.parallel_axis.extent.value)  # type: ignore[attr-defined]
@@ -634,6 +660,10 @@ class _Render:
 
 def _is_zero(e: Expr) -> bool:
     return isinstance(e, Const) and e.value == 0
+
+
+def _np_dtype(dtype: str) -> str:
+    return "bool_" if dtype == "bool" else dtype
 
 
 def _is_placeholder(t: Tensor) -> bool:

@@ -431,7 +431,12 @@ def _factor_contraction(st: ComputeStage, ov: Mapping[str, Any],
     keep = [[(d, i) for d, i in enumerate(r.indices) if i not in cset] for r in (ra, rb)]
     if any(k in walk(i) for g in keep for _, i in g for k in const_axes):
         return None, st
-    dims = [r.tensor.shape[d] for r, g in zip((ra, rb), keep, strict=True) for d, _ in g]
+    # P's dims: the kept dims of each operand, the group indexed by the stage's innermost loop
+    # axis last, so the stage reads P contiguously (Caffe's col2im layout for a convolution)
+    inner = st.order[-1] if st.order else None
+    first = 1 if inner is not None and any(inner in walk(i) for _, i in keep[0]) else 0
+    groups = [(ra, keep[0]), (rb, keep[1])][first:] + [(ra, keep[0]), (rb, keep[1])][:first]
+    dims = [r.tensor.shape[d] for r, g in groups for d, _ in g]
     size = _work([IterVar("_", const(0), e) for e in dims], ())
     points = _work(st.axes, ())
     if math.isinf(size) or size > MAX_IM2COL or size > 16 * points \
@@ -446,9 +451,9 @@ def _factor_contraction(st: ComputeStage, ov: Mapping[str, Any],
     def fcompute(*ax: IterVar) -> Expr:
         cs = {k: reduce_axis((0, k.extent), k.name) for k in const_axes}
         it = iter(ax)
-        ia = [cs[i] if i in cset else next(it) for i in ra.indices]
-        ib = [cs[i] if i in cset else next(it) for i in rb.indices]
-        return te_sum(ra.tensor[tuple(ia)] * rb.tensor[tuple(ib)], axis=list(cs.values()))
+        idx = {id(r): [cs[i] if i in cset else next(it) for i in r.indices] for r, _ in groups}
+        return te_sum(ra.tensor[tuple(idx[id(ra)])] * rb.tensor[tuple(idx[id(rb)])],
+                      axis=list(cs.values()))
 
     fcompute.axis_names = names  # type: ignore[attr-defined]
     p = tt.compute(tuple(dims), fcompute, name=name)
@@ -456,7 +461,7 @@ def _factor_contraction(st: ComputeStage, ov: Mapping[str, Any],
     p_stage = replace(p_stage, notes=(f"materialized: the sum over "
                                       f"{', '.join(k.name for k in const_axes)} of stage {st.name}, "
                                       f"factored out as a contraction",))
-    new_body = replace(body, source=(p[tuple(i for g in keep for _, i in g)],), axis=tuple(rest))
+    new_body = replace(body, source=(p[tuple(i for _, g in groups for _, i in g)],), axis=tuple(rest))
     return p_stage, replace(st, bodies=(new_body,),
                             reduction=_reduction_notes((new_body,), st.axes),
                             notes=(*st.notes, f"factored: the sum over "
@@ -550,7 +555,13 @@ def _im2col(st: ComputeStage, ov: Mapping[str, Any],
         return None, st
     if any(k not in used or k not in a.indices for k in red):
         return None, st
-    axes = [x for x in data if x in used] + list(red)
+    # the group (data axes of the gather, or K) holding the longest axis of B's contiguous dim
+    # goes last: the gather then streams along it on both sides, and the product's operand
+    # is a plain reshape of `col` (rows K x columns data for a convolution: Caffe's layout)
+    inner = [v for v in walk(g.indices[-1]) if isinstance(v, IterVar) and v in allax]
+    last = max(inner, key=lambda v: _const(v.extent) or 0) if inner else None
+    cols = [x for x in data if x in used]
+    axes = list(red) + cols if last in cols else cols + list(red)
     size = _work(axes, ())
     if math.isinf(size) or size > MAX_IM2COL or _work(data, (body,)) < MIN_BLAS_WORK:
         return None, st
@@ -618,15 +629,22 @@ def _contraction(st: ComputeStage) -> Contraction | None:
         return None
     batch = [a for a in data if a in sa and a in sb]
     rest = [a for a in data if a not in sa or a not in sb]
-    if rest and rest[0] not in sa:
-        ra, rb, sa, sb = rb, ra, sb, sa
-    m = [a for a in rest if a in sa]
-    n = [a for a in rest if a in sb]
-    if not m and not n:
+    if not any(a in sa for a in rest) and not any(a in sb for a in rest):
         return None  # batched dot products: memory-bound, the loop strategies do better
     work = _work(data, (body,))
     if work < MIN_BLAS_WORK or math.isinf(work):
         return None  # small, or symbolic dims (size unknown until the call): loops
+    # A @ B or B @ A: whichever copies the fewest elements into BLAS layout, then the one with
+    # more rows (OpenBLAS sgemm runs tall products faster, and the rows are split over threads)
+    return min((_orient(x, y, batch, rest, red, data) for x, y in ((ra, rb), (rb, ra))),
+               key=lambda c: (_copied(c), -(_const(c.sizes[1]) or 0)))
+
+
+def _orient(ra: Read, rb: Read, batch: list[IterVar], rest: list[IterVar],
+            red: tuple[IterVar, ...], data: tuple[IterVar, ...]) -> Contraction:
+    """The contraction with `ra` as the (batch, M, K) operand and `rb` as (batch, K, N)."""
+    m = [a for a in rest if a in ra.indices]
+    n = [a for a in rest if a in rb.indices]
     a_perm = tuple(ra.indices.index(x) for x in (*batch, *m, *red))
     b_perm = tuple(rb.indices.index(x) for x in (*batch, *red, *n))
     natural = (*batch, *m, *n)
@@ -634,6 +652,31 @@ def _contraction(st: ComputeStage) -> Contraction | None:
     sizes = tuple(_product([a.extent for a in g]) for g in (batch, m, red, n))
     return Contraction(ra.tensor, rb.tensor, a_perm, b_perm, sizes,  # type: ignore[arg-type]
                        tuple(a.extent for a in natural), out_perm)
+
+
+def _copied(c: Contraction) -> float:
+    """Elements a contraction copies: each operand that is not a (batch, rows, cols) view of
+    its array, and the result when it must be permuted into the output's order."""
+    def size(shape: Sequence[Expr]) -> float:
+        return float(math.prod(_const(e) or 0 for e in shape))
+    n = sum(size(t.shape) for t, p in ((c.a, c.a_perm), (c.b, c.b_perm)) if not _blas_view(p))
+    return n + (size(c.bmn_shape) if c.out_perm is not None else 0.0)
+
+
+def _blas_view(perm: tuple[int, ...]) -> bool:
+    """True if dims in this order merge into a (batch, rows, cols) view without a copy: the
+    identity, or the identity with one trailing block moved to the front of the rest (a
+    transposed matrix, which BLAS reads with its transpose flag)."""
+    n = len(perm)
+    if perm == tuple(range(n)):
+        return True
+    for b in range(n):  # leading batch dims in place, then two increasing runs swapped
+        if perm[:b] != tuple(range(b)):
+            break
+        for s in range(b + 1, n):
+            if perm[b:] == (*range(s, n), *range(b, s)):
+                return True
+    return False
 
 
 def _last_index_axes(r: Read) -> set[IterVar]:
