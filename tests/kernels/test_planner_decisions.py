@@ -190,3 +190,83 @@ def test_rowwise_chain_shares_one_prange():
     want = np.exp(x64 - x64.max(1, keepdims=True))
     want /= want.sum(1, keepdims=True)
     np.testing.assert_allclose(ta.build([y], [x])(xs)[0], want, rtol=1e-5, atol=1e-6)
+
+
+# -- memory: plain reads inlined, row buffers, workspace --------------------------------------
+
+def _ew_chain(n=64, m=48):
+    x, w, b = (te.placeholder(s, "float32", name=nm) for s, nm in (((n, m), "x"), ((m,), "w"),
+                                                                  ((m,), "b")))
+    from texpr_ad.ops import reduction
+    y = reduction.sum(ew.multiply(ew.tanh(ew.add(ew.multiply(x, w), b)), ew.sigmoid(x)))
+    return x, w, b, y
+
+
+def test_broadcast_of_the_head_is_inlined_not_materialized():
+    x, w, b, y = _ew_chain()
+    head = te.placeholder((), "float32", name="head")
+    grads = ta.grad(y, [x, w, b], head=head)
+    plan = plan_kernel(grads, [x, w, b, head])
+    names = [s.name for s in plan.stages]
+    broadcasts = [i for i in plan.inlined if "plain read" in i.reason]
+    assert broadcasts, str(plan)  # d(sum)/dx = head broadcast: re-read, never stored
+    assert all(i.stage not in names for i in broadcasts)
+
+
+def test_joined_intermediates_become_row_buffers_and_the_kernel_is_right():
+    x, w, b, y = _ew_chain()
+    head = te.placeholder((), "float32", name="head")
+    dx, dw, db = ta.grad(y, [x, w, b], head=head)
+    k = ta.build([dx, dw, db], [x, w, b, head])
+    rows = [s for s in k.plan.stages if getattr(s, "row_buffer", False)]
+    assert {s.name for s in rows} >= {"tanh", "sigmoid"}, str(k.plan)
+    assert "row buffer" in str(k.plan)
+    for s in rows:  # allocated inside the prange, without the parallel dim
+        assert f"    {s.name} = np.empty((48,)" in k.source
+    r = rng()
+    xs, ws, bs = (r.standard_normal(s).astype("float32") for s in ((64, 48), (48,), (48,)))
+    hs = np.array(1.5, np.float32)
+    gx, gw, gb = k(xs, ws, bs, hs)
+    x64, w64, b64 = (a.astype(np.float64) for a in (xs, ws, bs))
+    t, s = np.tanh(x64 * w64 + b64), 1 / (1 + np.exp(-x64))
+    du = 1.5 * s * (1 - t * t)
+    np.testing.assert_allclose(gx, 1.5 * t * s * (1 - s) + du * w64, rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(gw, (du * x64).sum(0), rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(gb, du.sum(0), rtol=2e-5, atol=2e-5)
+
+
+def test_batched_dot_products_stay_loops_not_blas():
+    x, w, b, y = _ew_chain(n=4096, m=64)  # dw[j] = sum_i dadd[i, j] * x[i, j]: batch j, m = n = 1
+    head = te.placeholder((), "float32", name="head")
+    dx, dw, db = ta.grad(y, [x, w, b], head=head)
+    st = plan_kernel([dx, dw, db], [x, w, b, head]).stage(dw.op.name)
+    assert st.contraction is None and st.accumulate is not None
+
+
+def test_large_intermediates_are_reused_workspace_arguments():
+    x = te.placeholder((8, 16, 34, 34), "float32", name="x")
+    w = te.placeholder((16, 16, 3, 3), "float32", name="w")
+    y = nn.conv2d(x, w, stride=1, padding=1)
+    k = ta.build([y], [x, w])
+    signature = k.source.split("def texpr_kernel(")[1].split(")")[0]
+    assert "conv2d_im2col" in signature, k.source  # 8*34*34*144 floats: passed in, not allocated
+    assert "conv2d_im2col = np.empty" not in k.source
+    r = rng()
+    xs, wss = r.standard_normal((8, 16, 34, 34)).astype("float32"), r.standard_normal((16, 16, 3, 3)).astype("float32")
+    y1 = k(xs, wss)[0]
+    y2 = k(xs * 2, wss)[0]  # a second call reuses the buffers: still right
+    xp = np.pad((xs * 2).astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))  # n c y x ky kx
+    want = np.einsum("ncyxij,ocij->noyx", win, wss.astype(np.float64))
+    np.testing.assert_allclose(y2, want, rtol=1e-4, atol=1e-4)
+    assert not np.shares_memory(y1, y2)
+
+
+def test_im2col_streams_along_the_contiguous_axis():
+    x = te.placeholder((8, 16, 34, 34), "float32", name="x")
+    w = te.placeholder((16, 16, 3, 3), "float32", name="w")
+    y = nn.conv2d(x, w, stride=1, padding=1)
+    plan = plan_kernel([y], [x, w])
+    col = next(s for s in plan.stages if s.name.endswith("_im2col"))
+    assert [a.name for a in col.axes][-3:] == ["n", "y", "x"], str(plan)  # K rows, pixel columns
+    assert col.order[-1].name == "x"
