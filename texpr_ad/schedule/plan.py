@@ -22,6 +22,11 @@ ACCUMULATION = ("reductions fold into a local scalar of the reduction's dtype (f
                 "int64 and wraps to the tensor dtype on store")
 
 
+
+class ScheduleError(ValueError):
+    """A DAG the scheduler cannot plan, or an illegal override (names the stage and the fix)."""
+
+
 @dataclass(frozen=True)
 class Inline:
     """Stage `stage` is substituted into the one expression that reads it."""

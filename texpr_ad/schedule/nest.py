@@ -1,0 +1,120 @@
+"""Compute loop nests (planner step 4): loop order, parallel fusion, reduction notes.
+
+The data loops run in declared order (the last axis, contiguous in memory, innermost);
+the leading axes are fused into one `prange` until it has at least
+`MIN_PARALLEL_CHUNKS` iterations (never the innermost axis unless the stage is 1-d);
+stages with fewer than `MIN_PARALLEL_WORK` known iterations run serially.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Protocol, Sequence
+
+from ..te.expr import Const, Expr, IterVar, Reduce
+from ..te.printer import expr_str
+from ..te.tensor import ComputeOp, Tensor
+from ..te.visit import walk
+from .plan import ComputeStage, ScheduleError
+
+MIN_PARALLEL_WORK = 1024  # stages with fewer known point*reduction iterations run serially
+MIN_PARALLEL_CHUNKS = 64  # fuse leading axes until the prange has this many iterations
+
+
+class Expander(Protocol):
+    """The planner's inliner: substitutes inlined stages into an expression."""
+
+    def __call__(self, e: Expr) -> Expr: ...
+
+    def names_in(self, exprs: Sequence[Expr]) -> tuple[str, ...]: ...
+
+
+def _const(e: Expr) -> int | None:
+    return int(e.value) if isinstance(e, Const) else None
+
+
+def _work(axes: Sequence[IterVar], bodies: Sequence[Expr]) -> float:
+    """Known iteration count (data points times reduction points); unknown extents count as large."""
+    exts = [a.extent for a in axes]
+    for b in bodies:
+        for x in walk(b):
+            if isinstance(x, Reduce):
+                exts += [a.extent for a in x.axis]
+                break
+    n = 1.0
+    for e in exts:
+        c = _const(e)
+        n *= math.inf if c is None else c
+    return n
+
+
+def _default_fuse(order: Sequence[IterVar]) -> int:
+    if len(order) <= 1:
+        return len(order)
+    fused, chunks = 0, 1
+    for a in order[:-1]:
+        fused += 1
+        c = _const(a.extent)
+        if c is None:
+            break
+        chunks *= c
+        if chunks >= MIN_PARALLEL_CHUNKS:
+            break
+    return fused
+
+
+def _reduction_notes(bodies: Sequence[Expr], axes: Sequence[IterVar]) -> tuple[str, ...]:
+    groups: dict[tuple, Reduce] = {}
+    for b in bodies:
+        for x in walk(b):
+            if isinstance(x, Reduce):
+                groups.setdefault((x.combiner, x.source, x.axis, x.condition, x.init), x)
+    notes = []
+    for r in groups.values():
+        kind = r.combiner.kind if r.combiner.kind != "custom" else f"custom {r.combiner.name!r}"
+        accs = ", ".join(s.dtype for s in r.source)
+        txt = (f"{kind} over {', '.join(a.name for a in r.axis)} in a local {accs} accumulator"
+               f"{'s' if len(r.source) > 1 else ''} (serial, in axis order)")
+        if len(r.source) > 1:
+            txt += f"; tuple reducer computing {len(r.source)} values in one loop"
+        if not (isinstance(r.condition, Const) and r.condition.value is True):
+            txt += f"; where {expr_str(r.condition)}"
+        if r.init:
+            txt += f"; init {', '.join(expr_str(i) for i in r.init)}"
+        dep = [a.name for a in r.axis
+               if any(isinstance(v, IterVar) for e in (a.lo, a.extent) for v in walk(e))]
+        if dep:
+            txt += f"; bounds of {', '.join(dep)} depend on the enclosing axes"
+        notes.append(txt)
+    return tuple(notes)
+
+
+def compute_stage(op: ComputeOp, name: str, is_output: bool, expand: Expander,
+                   ov: Mapping[str, Any], tensors_of: dict[tuple[int, int], Tensor]) -> ComputeStage:
+    bodies = tuple(expand(b) for b in op.body)
+    for b in bodies:
+        for x in walk(b):
+            if isinstance(x, Reduce) and any(isinstance(y, Reduce) for s in x.source for y in walk(s)):
+                raise ScheduleError(f"stage {name!r}: a reduction nested inside another reduction "
+                                    f"is not supported; build it with te.compute, which splits it")
+    notes: list[str] = [f"override {k}={v!r}" for k, v in ov.items()]
+    order = tuple(op.axis)
+    if "order" in ov:
+        by = {a.name: a for a in op.axis}
+        want = list(ov["order"])
+        if sorted(want) != sorted(by) or len(by) != len(op.axis):
+            raise ScheduleError(f"stage {name!r}: order override {want} must be a permutation of "
+                                f"the axis names {[a.name for a in op.axis]}")
+        order = tuple(by[n] for n in want)
+    work = _work(op.axis, bodies)
+    parallel = bool(ov.get("parallel", len(order) > 0 and work >= MIN_PARALLEL_WORK))
+    if not order:
+        parallel = False
+    elif "parallel" not in ov and not parallel:
+        notes.append(f"serial: only {int(work)} iterations (< {MIN_PARALLEL_WORK})")
+    fused = int(ov.get("fuse", _default_fuse(order))) if parallel else 0
+    if parallel and not 1 <= fused <= len(order):
+        raise ScheduleError(f"stage {name!r}: fuse={fused} must be between 1 and {len(order)}")
+    tensors = tuple(tensors_of.get((id(op), k)) for k in range(len(bodies)))
+    return ComputeStage(name, tensors, tuple(op.axis), bodies, order,
+                        fused, parallel, is_output, _reduction_notes(bodies, op.axis),
+                        expand.names_in(op.body), tuple(notes))
