@@ -12,7 +12,9 @@ from typing import Any, Callable
 import numpy as np
 
 from ..te.ops import Op
+from ..schedule.plan import Plan
 from . import cache
+from .cpu_render import CPURender
 from .render import EXPR_RULES, KERNEL_NAME, Renderer, Rule, _one
 
 # float32 exp/tanh/sigmoid through the vectorizable polynomials of vecmath.py; the header
@@ -54,6 +56,9 @@ class CPURenderer(Renderer):
     parallel_loop = ("for {var} in prange({extent}):",)
     scatter_add = "{target} += {value}"
     workspace_min_bytes = 1 << 20
+
+    def render(self, plan: Plan) -> str:
+        return CPURender(self, plan).source()
 
 
 _POOL: list = []  # one ThreadPoolExecutor, created on first use
