@@ -257,3 +257,20 @@ def test_rendering_does_not_import_numba():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert re.search(r"Y\[i\] = A\[i\] \* np\.float32\(2\.0\)", res.stdout)
+
+
+def test_loop_invariant_reads_are_hoisted_but_guarded_reads_are_not():
+    A = te.placeholder((64, 100), "float32", name="A")
+    s = te.placeholder((64,), "float32", name="s")
+    B = te.compute((64, 100), lambda i, j: A[i, j] / s[i], name="B")
+    C = te.compute((64, 100), lambda i, j: te.if_then_else(j > 0, s[i], A[i, j]), name="C")
+    _, src = render([B, C], [A, s])
+    body_b = src.split("  # stage B")[1].split("  # stage C")[0]
+    assert "s_r = s[i]" in body_b and "/ s_r" in body_b  # loaded once per row
+    body_c = src.split("  # stage C")[-1]
+    assert "_r = " not in body_c  # a read under a select branch stays where it was
+    a = np.random.default_rng(0).standard_normal((64, 100)).astype("float32")
+    sv = np.linspace(1, 2, 64).astype("float32")
+    b, c = ta.build([B, C], [A, s])(a, sv)
+    np.testing.assert_allclose(b, a / sv[:, None], rtol=1e-6)
+    np.testing.assert_array_equal(c, np.where(np.arange(100)[None] > 0, sv[:, None], a))

@@ -283,6 +283,8 @@ class _Render:
                 if isinstance(e, Var) and e in self.plan.params:
                     return self.names.get(e, e.name)
                 raise ValueError(f"cannot render `{expr_str(e)}`: it is not bound here")
+            case Read() if e in env:  # a hoisted loop-invariant read
+                return env[e]
             case Read(tensor=t, indices=idx):
                 if not idx:
                     return f"{self.tensor(t)}[0]"
@@ -369,11 +371,21 @@ class _Render:
                                  f"dtype=np.{_np_dtype(b.dtype)})")
 
     def loops_and_body(self, st: ComputeStage, depth: int, serial: Sequence[IterVar]) -> None:
-        """The serial loops of `st`, its reductions and its stores."""
+        """The serial loops of `st`, its reductions and its stores.
+
+        Reads that the serial loops do not change (`softmax_max[i]` in a row loop over j) are
+        loaded once into locals first: LLVM cannot hoist them itself when the loop stores to
+        another array it cannot prove distinct, and the loop would not vectorize."""
+        env: dict[Expr, str] = {}
+        if serial or any(isinstance(x, Reduce) for b in st.bodies for x in walk(b)):
+            inner = set(serial)
+            for r in _invariant_reads(st.bodies, inner):
+                name = self.names.fresh(f"{self.tensor(r.tensor)}_r")
+                self.emit(depth, f"{name} = {self.expr(r, {})}")
+                env[r] = name
         for a in serial:
             self.range_loop(depth, a, {})
             depth += 1
-        env: dict[Expr, str] = {}
         for red in _reduce_groups(st.bodies):
             if st.lanes > 1:
                 self.lane_reduction(depth, red, env, st.name, st.lanes)
@@ -491,6 +503,37 @@ class _Render:
 
 
 # -- helpers ------------------------------------------------------------------------------------------
+
+def _invariant_reads(bodies: Sequence[Expr], inner: set[IterVar]) -> list[Read]:
+    """Reads evaluated on every iteration whose indices use none of the `inner` loop axes nor a
+    reduction axis: plain loads at fixed points, safe to hoist.  Select branches, the right side
+    of `&`/`|` and conditioned reductions are skipped (those reads may be guarded)."""
+    found: dict[Read, None] = {}
+
+    def go(e: Expr, bound: set[IterVar]) -> None:
+        match e:
+            case Read(indices=idx) if idx:
+                used = {x for i in idx for x in walk(i)}
+                if not any(isinstance(x, Read) for x in used) and not (used & bound):
+                    found.setdefault(e, None)
+                    return
+            case Call(op=Op.SELECT, args=(c, _, _)):
+                return go(c, bound)
+            case Call(op=Op.AND | Op.OR, args=(a, _)):
+                return go(a, bound)
+            case Reduce():
+                if not (isinstance(e.condition, Const) and e.condition.value is True):
+                    return
+                for s in e.source + e.init:
+                    go(s, bound | set(e.axis))
+                return
+        for c in children(e):
+            go(c, bound)
+
+    for b in bodies:
+        go(b, inner)
+    return list(found)
+
 
 def _is_zero(e: Expr) -> bool:
     return isinstance(e, Const) and e.value == 0

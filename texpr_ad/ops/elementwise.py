@@ -159,28 +159,36 @@ def dropout(x: Tensor, mask: Tensor, rate: float = 0.5) -> Tensor:
 # softmax and normalization
 # --------------------------------------------------------------------------------------------
 
-def _max_and_sumexp(x: Tensor, ax: int, name: str) -> tuple[Tensor, Tensor]:
-    """m = max over `ax`, s = sum over `ax` of exp(x - m) (both with `ax` dropped).
-
-    The result does not depend on m (any shift cancels), so m is a `stop_gradient`:
-    the adjoint does not differentiate the max only to sum its gradient to zero.
-    """
-    red_shape = drop_at(x.shape, ax)
+def _stable_max(x: Tensor, ax: int, name: str) -> Tensor:
+    """max over `ax` (dropped), as a `stop_gradient`: softmax-like results do not depend on the
+    shift (it cancels), so the adjoint need not differentiate the max to sum it to zero."""
     k = te.reduce_axis((0, x.shape[ax]), "k")
-    m = te.compute(red_shape, lambda *i: te.stop_gradient(te.max(x[insert_at(i, ax, k)], axis=k)),
-                   name=name + "_max")
-    k2 = te.reduce_axis((0, x.shape[ax]), "k")
-    s = te.compute(red_shape, lambda *i: te.sum(te.exp(x[insert_at(i, ax, k2)] - m[i]), axis=k2),
+    return te.compute(drop_at(x.shape, ax),
+                      lambda *i: te.stop_gradient(te.max(x[insert_at(i, ax, k)], axis=k)),
+                      name=name + "_max")
+
+
+def _max_and_sumexp(x: Tensor, ax: int, name: str) -> tuple[Tensor, Tensor]:
+    """m = max over `ax`, s = sum over `ax` of exp(x - m) (both with `ax` dropped)."""
+    m = _stable_max(x, ax, name)
+    k = te.reduce_axis((0, x.shape[ax]), "k")
+    s = te.compute(m.shape, lambda *i: te.sum(te.exp(x[insert_at(i, ax, k)] - m[i]), axis=k),
                    name=name + "_sumexp")
     return m, s
 
 
 def softmax(x: Tensor, axis: int = -1) -> Tensor:
-    """exp(x - max) / sum(exp(x - max)) along `axis` (max-subtracted, numerically stable)."""
+    """exp(x - max) / sum(exp(x - max)) along `axis` (max-subtracted, numerically stable).
+
+    Stages as TOPI's `softmax`: max, e = exp(x - max), sum(e), e / sum: each exponential is
+    computed once (the CPU planner keeps `e` as a per-row buffer).
+    """
     ax = normalize_axis(x, axis)
-    m, s = _max_and_sumexp(x, ax, "softmax")
-    return te.compute(x.shape, lambda *i: te.exp(x[i] - m[drop_at(i, ax)]) / s[drop_at(i, ax)],
-                      name="softmax")
+    m = _stable_max(x, ax, "softmax")
+    e = te.compute(x.shape, lambda *i: te.exp(x[i] - m[drop_at(i, ax)]), name="softmax_exp")
+    k = te.reduce_axis((0, x.shape[ax]), "k")
+    s = te.compute(m.shape, lambda *i: te.sum(e[insert_at(i, ax, k)], axis=k), name="softmax_expsum")
+    return te.compute(x.shape, lambda *i: e[i] / s[drop_at(i, ax)], name="softmax")
 
 
 def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
