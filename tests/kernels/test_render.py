@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+import texpr_ad as ta
 from texpr_ad import te
 from texpr_ad.kernels.numba_cpu import CPURenderer
 from texpr_ad.kernels.render import EXPR_RULES
