@@ -42,6 +42,8 @@ import numpy as np  # noqa: E402
 
 
 def _set_threads() -> None:
+    from texpr_ad.kernels.numba_cpu import start_threads
+    start_threads()  # first: Numba's threads with texpr_ad's OpenMP settings (see there)
     import numba
     import torch
     torch.set_num_threads(THREADS)

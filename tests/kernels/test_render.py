@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import re
+import os
 import subprocess
 import sys
 
@@ -275,3 +276,16 @@ def test_loop_invariant_reads_are_hoisted_but_guarded_reads_are_not():
     b, c = ta.build([B, C], [A, s])(a, sv)
     np.testing.assert_allclose(b, a / sv[:, None], rtol=1e-6)
     np.testing.assert_array_equal(c, np.where(np.arange(100)[None] > 0, sv[:, None], a))
+
+
+@pytest.mark.parametrize("user_value", [None, "ACTIVE"])
+def test_start_threads_leaves_the_environment_as_it_found_it(user_value):
+    code = ("import os\nfrom texpr_ad.kernels.numba_cpu import start_threads\nstart_threads()\n"
+            "import numba\nprint(os.environ.get('OMP_WAIT_POLICY'), numba.threading_layer())\n")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if user_value:
+        env["OMP_WAIT_POLICY"] = user_value
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split()[0] == str(user_value)  # only Numba's runtime saw PASSIVE
