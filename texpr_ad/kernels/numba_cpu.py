@@ -76,16 +76,15 @@ def start_threads() -> None:
     then) and removed again, so other OpenMP runtimes loaded later (PyTorch's) keep their
     defaults.
     """
-    if "OMP_WAIT_POLICY" in os.environ:
-        return
-    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    ours = "OMP_WAIT_POLICY" not in os.environ
+    if ours:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     try:
         import numba
         numba.get_num_threads()  # launches the threading layer
-    except ImportError:
-        pass
     finally:
-        del os.environ["OMP_WAIT_POLICY"]
+        if ours:
+            del os.environ["OMP_WAIT_POLICY"]
 
 
 _POOL: list = []  # one ThreadPoolExecutor, created on first use
