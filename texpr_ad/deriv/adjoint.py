@@ -24,7 +24,7 @@ from ..te.visit import reads, substitute, transform
 from .collect import collect
 from .errors import GradientError, NotDifferentiableError
 from .reducers import as_builtin
-from .simplify import simplify
+from ..te.simplify import simplify
 from .solver import invert
 
 

@@ -14,7 +14,7 @@ from typing import Iterable, Mapping
 
 from ..te import dtype as dt
 from ..te.expr import Const, Expr
-from .simplify import from_affine
+from ..te.simplify import from_affine
 
 
 def _clean(d: Mapping) -> dict:

@@ -36,7 +36,7 @@ from ..te.intervals import interval
 from ..te.ops import Op
 from ..te.visit import substitute, walk
 from .intlinalg import Aff, gcd, normalize_ineq
-from .simplify import simplify
+from ..te.simplify import simplify
 
 INF = float("inf")
 _MAX_DERIVED = 64

@@ -38,6 +38,7 @@ from ..te.dag import topo_order
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, Var
 from ..te.ops import Op
 from ..te.printer import expr_str
+from ..te.simplify import simplify
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
 from ..te.visit import children, substitute, transform, walk
 from .cpu import cpu_strategies, factor_contraction, im2col, join_stages, row_buffers, scatter_block
@@ -236,6 +237,16 @@ def _plain_read(e: Expr) -> bool:
         isinstance(x, Read) for i in e.indices for x in walk(i)))
 
 
+def _simplify_indices(x: Expr) -> Expr | None:
+    """Reads with simplified indices: substituting a reshape's flat index into its reader's
+    unflattening (`(64*i + j) // 64`) leaves div/mod chains that simplify to the axes."""
+    if isinstance(x, Read) and x.indices:
+        idx = tuple(simplify(i) for i in x.indices)
+        if any(a is not b for a, b in zip(idx, x.indices)):
+            return Read(x.tensor, idx, x.dtype)
+    return None
+
+
 class _Expander:
     """Substitute inlined stages into expressions, recursively and memoized."""
 
@@ -247,7 +258,7 @@ class _Expander:
             if isinstance(x, Read) and id(x.tensor.op) in self.inlined:
                 op = x.tensor.op
                 body = substitute(op.body[0], dict(zip(op.axis, x.indices, strict=True)))
-                return self(body)
+                return transform(self(body), _simplify_indices)
             return None
         return transform(e, fn)
 

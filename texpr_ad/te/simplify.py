@@ -1,4 +1,5 @@
-"""Algebraic simplification so derived adjoints read like hand-written ones.
+"""Algebraic simplification so derived adjoints (and inlined index maps) read like hand-written
+ones.
 
 A list of small rewrite rules, each matching one shape, applied bottom-up to a
 fixpoint; integer index arithmetic is additionally brought to a canonical
@@ -11,12 +12,12 @@ from typing import Callable
 
 import numpy as np
 
-from ..te import dtype as dt
-from ..te.expr import Call, Const, Expr, IterVar
-from ..te.interp import NUMPY_IMPL
-from ..te.ops import Op
-from ..te.affine import from_affine, to_affine
-from ..te.visit import transform
+from . import dtype as dt
+from .expr import Call, Const, Expr, IterVar
+from .interp import NUMPY_IMPL
+from .ops import Op
+from .affine import from_affine, to_affine
+from .visit import transform
 
 Rule = Callable[[Expr], Expr | None]
 
@@ -96,9 +97,18 @@ def _affine(e: Expr) -> Expr | None:
 
 
 def _div_mod_const(e: Expr) -> Expr | None:
-    """floordiv/floormod of `c*q + r` by c when 0 <= r < c is known: `(c*q + r) // c -> q`."""
-    from ..te.intervals import interval
+    """floordiv/floormod of `c*q + r` by c when 0 <= r < c is known: `(c*q + r) // c -> q`;
+    `(c*q + r) % c -> r % c` always; and chains by positive constants, `x // a // b ->
+    x // (a*b)`, `x // a % b -> x % (a*b) // a` (the flatten/unflatten of a reshape)."""
+    from .intervals import interval
     match e:
+        case Call(op=Op.FLOORDIV | Op.FLOORMOD,
+                  args=(Call(op=Op.FLOORDIV, args=(x, Const(value=a))), Const(value=b))) \
+                if dt.is_int(e.dtype) and a > 0 and b > 0:
+            ab = Const(a * b, e.dtype)
+            if e.op is Op.FLOORDIV:
+                return Call(Op.FLOORDIV, (x, ab), e.dtype)
+            return Call(Op.FLOORDIV, (Call(Op.FLOORMOD, (x, ab), e.dtype), Const(a, e.dtype)), e.dtype)
         case Call(op=Op.FLOORDIV | Op.FLOORMOD, args=(a, Const(value=c))) if dt.is_int(e.dtype) and c > 0:
             f = to_affine(a)
             if f is None:
@@ -109,6 +119,8 @@ def _div_mod_const(e: Expr) -> Expr | None:
             restc = k % c
             lo, hi = interval(from_affine(rest, restc, e.dtype))
             if lo is None or hi is None or lo < 0 or hi >= c:
+                if e.op is Op.FLOORMOD and whole:  # multiples of c drop out
+                    return Call(Op.FLOORMOD, (from_affine(rest, k, e.dtype), e.args[1]), e.dtype)
                 return None
             if e.op is Op.FLOORMOD:
                 return from_affine(rest, restc, e.dtype)
