@@ -172,3 +172,44 @@ def test_custom_reducers_that_are_builtin_kinds_differentiate():
     L = te.compute((3,), lambda i: lse(X[i, r], axis=r), name="L")
     with pytest.raises(ta.NotDifferentiableError, match="'lse'"):
         ta.grad(L, [X], head=h)
+
+
+def test_invariant_factors_leave_sums_and_equal_sums_are_shared():
+    x = te.placeholder((4, 3, 5), "float64", name="x")
+    g = te.placeholder((3,), "float64", name="g")
+    b = te.placeholder((3,), "float64", name="b")
+    m = te.placeholder((3,), "float64", name="m")
+    y = te.compute((4, 3, 5), lambda n, c, w: (x[n, c, w] - m[c]) * g[c] + b[c], name="y")
+    h = te.placeholder(y.shape, "float64", name="h")
+    dx, dg, db, dm = ta.grad(y, [x, g, b, m], head=h)
+    # dm = sum_{n,w} -h * g[c] = -g[c] * sum h: the sum is db itself, not a second reduction
+    assert any(s is db for s in te.topo_order([dm]))
+    reductions = {id(s.op) for t in (dx, dg, db, dm) for s in te.topo_order([t])
+                  if isinstance(s.op, ComputeOp) and isinstance(s.op.body[0], te.Reduce)}
+    assert len(reductions) == 2  # sum h and sum h * (x - m)
+    assert ta.work([dx, dg, db, dm]) <= 3.5 * ta.work([y])
+    rng = np.random.default_rng(0)
+    xs, gs, bs, ms, hs = (rng.standard_normal(s) for s in ((4, 3, 5), (3,), (3,), (3,), (4, 3, 5)))
+    env = {x: xs, g: gs, b: bs, m: ms, h: hs}
+    got = te.evaluate([dx, dg, db, dm], env)
+    want = [hs * gs[None, :, None], (hs * (xs - ms[None, :, None])).sum((0, 2)), hs.sum((0, 2)),
+            -gs * hs.sum((0, 2))]
+    for a, w in zip(got, want):
+        np.testing.assert_allclose(a, w, rtol=1e-12, atol=1e-12)
+
+
+def test_cse_keeps_outputs_and_merges_only_equal_stages():
+    a = te.placeholder((6, 4), "float64", name="a")
+    k = te.reduce_axis((0, 4), name="k")
+    s1 = te.compute((6,), lambda i: te.sum(a[i, k], axis=k), name="s1")
+    k2 = te.reduce_axis((0, 4), name="kk")
+    s2 = te.compute((6,), lambda j: te.sum(a[j, k2], axis=k2), name="s2")  # s1 under other names
+    k3 = te.reduce_axis((0, 4), name="k")
+    s3 = te.compute((6,), lambda i: te.sum(a[i, k3] * 2.0, axis=k3), name="s3")  # different
+    out = te.compute((6,), lambda i: s2[i] + s3[i], name="out")
+    new_out, new_s1 = te.dag.cse([out, s1])
+    assert new_s1 is s1
+    names = [t.name for t in te.topo_order([new_out]) if not isinstance(t.op, te.PlaceholderOp)]
+    assert "s2" not in names and "s1" in names and "s3" in names
+    av = np.arange(24.0).reshape(6, 4)
+    np.testing.assert_allclose(te.evaluate([new_out], {a: av})[0], av.sum(1) * 3)

@@ -18,9 +18,10 @@ from typing import Callable, Sequence
 from .. import te
 from .._env import debug_level
 from ..te import dtype as dt
-from ..te.expr import Const, Expr, IterVar, Reduce, const
+from ..te.expr import Call, Const, Expr, IterVar, Reduce, const
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
-from ..te.visit import reads, substitute, transform
+from ..te.ops import Op
+from ..te.visit import reads, substitute, transform, walk
 from .collect import collect
 from .errors import GradientError, NotDifferentiableError
 from .reducers import as_builtin
@@ -216,7 +217,13 @@ class _Builder:
         # index-range conditions first: `&` short-circuits, so they guard data-dependent reads
         conds = sorted((c for c in conds if not _is_true(c)), key=lambda c: bool(reads(c)))
         if inv.new_axes:
-            return te.sum(value, axis=list(inv.new_axes), where=_all(conds) if conds else None)
+            # factors free of the summed axes move out, where the sum is over a fixed non-empty
+            # box (so they were evaluated before too: no guard protected them)
+            fixed_box = not conds and all(isinstance(a.lo, Const) and isinstance(a.extent, Const)
+                                          and a.extent.value > 0 for a in inv.new_axes)
+            outer, inner = _factor_out(value, set(inv.new_axes)) if fixed_box else (None, value)
+            red = te.sum(inner, axis=list(inv.new_axes), where=_all(conds) if conds else None)
+            return red if outer is None else outer * red
         return te.if_then_else(_all(conds), value, const(0.0, dtype)) if conds else value
 
     def _scatter(self, X: Tensor, t: Term, name: str) -> Tensor:
@@ -231,6 +238,36 @@ class _Builder:
         cond = simplify(substitute(_all(t.guards), copies))
         op = ScatterOp(name, self.prefix_shape + X.shape, X.dtype, tuple(axes), index, value, cond)
         return Tensor(op, 0, op.shape, op.dtype)
+
+
+def _factor_out(value: Expr, axes: set[IterVar]) -> tuple[Expr | None, Expr]:
+    """Split a product into (factors free of `axes`, the rest): `sum_k a * f(k) = a * sum_k f(k)`,
+    so the reduction holds only what varies, and equal reductions can be shared (`te.dag.cse`)."""
+    factors: list[Expr] = []
+
+    def flat(e: Expr) -> None:
+        if isinstance(e, Call) and e.op is Op.MUL:
+            flat(e.args[0])
+            flat(e.args[1])
+        elif isinstance(e, Call) and e.op is Op.NEG:
+            factors.append(Const(-1.0, e.dtype))
+            flat(e.args[0])
+        else:
+            factors.append(e)
+
+    flat(value)
+    varies = [f for f in factors if any(v in axes for v in walk(f) if isinstance(v, IterVar))]
+    fixed = [f for f in factors if not any(f is g for g in varies)]
+    if not fixed or not varies:
+        return None, value
+    return simplify(_product(fixed)), _product(varies)
+
+
+def _product(fs: list[Expr]) -> Expr:
+    out = fs[0]
+    for f in fs[1:]:
+        out = out * f  # type: ignore[operator]
+    return out
 
 
 def _is_true(e: Expr) -> bool:
@@ -336,6 +373,8 @@ def grad(output: Tensor | Sequence[Tensor], inputs: Sequence[Tensor],
             result.append(given[x])
         else:
             result.append(zeros_like(x, prefix_shape))
+    merged = iter(te.dag.cse([g for g in result if g is not None]))
+    result = [None if g is None else next(merged) for g in result]
     if debug_level() >= 1:
         for x, g in zip(inputs, result, strict=True):
             print(f"# adjoint of {x.name}:\n{g}" if g is not None else f"# {x.name}: no gradient")

@@ -106,3 +106,74 @@ def _check_replacement(old: Tensor, img: Tensor) -> None:
     if not same:
         raise ValueError(f"replace_inputs: {img!r} cannot replace {old!r}; the replacement needs "
                          "the same dtype, rank and constant dims")
+
+
+def cse(outputs: Iterable[Tensor]) -> list[Tensor]:
+    """`outputs` with structurally identical single-output compute stages merged.
+
+    Two stages are identical when their shapes and bodies agree up to the names of their
+    axes (data axes by position, reduction axes by order of appearance), reading the same
+    tensors.  Readers of a duplicate read the first copy instead; an output is never
+    replaced (where an intermediate duplicates an output, the output is the one kept).
+    Adjoints often hold such twins: `sum_n head` is both `dbeta` and a factor of `dmean`.
+    """
+    from .expr import Read
+    from .tensor import ComputeOp
+    from .visit import transform
+
+    outs = list(outputs)
+    is_out = {id(t) for t in outs}
+    rep: dict[Tensor, Tensor] = {}
+    kept: dict[Any, Tensor] = {}
+
+    def image(t: Tensor) -> Tensor:
+        while t in rep:
+            t = rep[t]
+        return t
+
+    for t in topo_order(outs):
+        op = t.op
+        if not isinstance(op, ComputeOp) or len(op.body) != 1:
+            continue
+        body = transform(op.body[0], lambda x: Read(image(x.tensor), x.indices, x.dtype)
+                         if isinstance(x, Read) and x.tensor in rep else None)
+        key = (t.dtype, _canonical(op.axis, body))
+        first = kept.get(key)
+        if first is None:
+            kept[key] = t
+        elif id(t) not in is_out:
+            rep[t] = first
+        elif id(first) not in is_out:
+            rep[first] = kept[key] = t
+    rep = {old: image(old) for old in rep}
+    return replace_inputs(outs, rep) if rep else outs
+
+
+def _canonical(axes: Any, body: Any) -> tuple:
+    """A hashable key of a compute body up to the names of its axes: the printed body with data
+    axes renamed by position and reduction axes by order, and the identities of the tensors read
+    (printed names can collide)."""
+    from .expr import IterVar, Read, Reduce
+    from .printer import expr_str
+    from .visit import substitute, transform, walk
+
+    n = [0]
+
+    def rename_reduce(x: Any) -> Any:
+        if not isinstance(x, Reduce):
+            return None
+        amap = {}
+        for a in x.axis:
+            amap[a] = IterVar(f"_r{n[0]}", a.lo, a.extent, a.kind)
+            n[0] += 1
+        inner = Reduce(x.combiner, tuple(transform(s, rename_reduce) for s in x.source), x.axis,
+                       transform(x.condition, rename_reduce), x.value_index, x.dtype,
+                       tuple(transform(i, rename_reduce) for i in x.init))
+        return Reduce(inner.combiner, tuple(substitute(s, amap) for s in inner.source),
+                      tuple(amap[a] for a in x.axis), substitute(inner.condition, amap),
+                      inner.value_index, inner.dtype, tuple(substitute(i, amap) for i in inner.init))
+
+    data = {a: IterVar(f"_d{k}", a.lo, a.extent, a.kind) for k, a in enumerate(axes)}
+    canon = substitute(transform(body, rename_reduce), data)
+    return (expr_str(canon), tuple(expr_str(a.extent) for a in axes),
+            tuple(id(x.tensor) for x in walk(canon) if isinstance(x, Read)))
