@@ -270,3 +270,14 @@ def test_im2col_streams_along_the_contiguous_axis():
     col = next(s for s in plan.stages if s.name.endswith("_im2col"))
     assert [a.name for a in col.axes][-3:] == ["n", "y", "x"], str(plan)  # K rows, pixel columns
     assert col.order[-1].name == "x"
+
+
+def test_reshape_unflattening_splits_the_inner_loop_and_stays_right():
+    x = te.placeholder((4, 6, 3, 8), "float32", name="x")
+    y = shape.reshape(shape.transpose(x, (0, 2, 1, 3)), (4, 3, 48))
+    k = ta.build([y], [x])
+    st = k.plan.stage(y.op.name)
+    assert st.split is not None and st.split.factor == 8, str(k.plan)
+    assert "//" not in k.source and "%" not in k.source  # x[i0, i2_hi, i1, i2_lo]
+    xs = np.arange(4 * 6 * 3 * 8, dtype=np.float32).reshape(4, 6, 3, 8)
+    np.testing.assert_array_equal(k(xs)[0], xs.transpose(0, 2, 1, 3).reshape(4, 3, 48))

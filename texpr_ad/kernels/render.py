@@ -384,8 +384,12 @@ class _Render:
                 self.emit(depth, f"{name} = {self.expr(r, {})}")
                 env[r] = name
         for a in serial:
-            self.range_loop(depth, a, {})
-            depth += 1
+            sp = st.split if st.split is not None and a is st.split.axis else None
+            for loop in (sp.hi, sp.lo) if sp else (a,):
+                self.range_loop(depth, loop, {})
+                depth += 1
+            if sp:
+                self.emit(depth, f"{self.axis(a)} = {sp.factor} * {self.axis(sp.hi)} + {self.axis(sp.lo)}")
         for red in _reduce_groups(st.bodies):
             if st.lanes > 1:
                 self.lane_reduction(depth, red, env, st.name, st.lanes)

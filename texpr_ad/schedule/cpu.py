@@ -33,9 +33,10 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, const
 from ..te.ops import Op
-from ..te.visit import substitute, walk
+from ..te.simplify import simplify
+from ..te.visit import children, substitute, walk
 from .nest import MIN_PARALLEL_CHUNKS, Expander, _const, _reduction_notes, _work, compute_stage
-from .plan import Accumulate, ComputeStage, Contraction, ScatterStage, ScheduleError, Stage
+from .plan import Accumulate, ComputeStage, Contraction, ScatterStage, ScheduleError, Split, Stage
 
 MIN_BLAS_WORK = 4096  # contractions with fewer multiply-adds stay in loops
 MAX_IM2COL = 1 << 26  # elements of an im2col gather stage (256 MiB of float32) at most
@@ -141,7 +142,46 @@ def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
         lanes = _lanes(st)
         if lanes > 1:
             return replace(st, lanes=lanes)
+    if not loop_keys:
+        return _split_div_mod(st)
     return st
+
+
+def _split_div_mod(st: ComputeStage) -> ComputeStage:
+    """Iterate the innermost axis `a` as (a // c, a % c) when the bodies use it only that way:
+    `x[i, a // 64, j, a % 64]` becomes `x[i, hi, j, lo]`, a loop that streams and vectorizes."""
+    if not st.order or any(isinstance(x, Reduce) for b in st.bodies for x in walk(b)):
+        return st
+    a = st.order[-1]
+    ext = _const(a.extent)
+    if ext is None or not _is_zero(a.lo) or (st.parallel and st.fused >= len(st.order)):
+        return st
+    factors: set[int] = set()
+    bare = False
+
+    def scan(e: Expr) -> None:
+        nonlocal bare
+        match e:
+            case Call(op=Op.FLOORDIV | Op.FLOORMOD, args=(x, Const(value=c))) if x is a:
+                factors.add(int(c))
+                return
+            case IterVar() if e is a:
+                bare = True
+                return
+        for c in children(e):
+            scan(c)
+
+    for b in st.bodies:
+        scan(b)
+    if bare or len(factors) != 1:
+        return st
+    (c,) = factors
+    if c <= 1 or ext % c:
+        return st
+    hi = IterVar(f"{a.name}_hi", const(0), const(ext // c))
+    lo = IterVar(f"{a.name}_lo", const(0), const(c))
+    bodies = tuple(simplify(substitute(b, {a: hi * c + lo})) for b in st.bodies)
+    return replace(st, bodies=bodies, split=Split(a, hi, lo, c))
 
 
 def _lanes(st: ComputeStage) -> int:

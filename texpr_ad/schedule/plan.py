@@ -86,6 +86,16 @@ class Accumulate:
 
 
 @dataclass(frozen=True)
+class Split:
+    """`axis` iterated as `hi` (outer) and `lo` (inner, extent `factor`)."""
+
+    axis: IterVar
+    hi: IterVar
+    lo: IterVar
+    factor: int
+
+
+@dataclass(frozen=True)
 class ComputeStage:
     """A materialized compute: `tensors[k][axes] = bodies[k]` at every point of `axes`.
 
@@ -112,6 +122,9 @@ class ComputeStage:
     # CPU only: an intermediate that only later stages of its joined prange read, at the shared
     # parallel index: a buffer per parallel iteration without that dim (stays in cache)
     row_buffer: bool = False
+    # CPU only: the innermost loop axis runs as two loops, axis = factor * hi + lo, because the
+    # bodies use it only as axis // factor and axis % factor (a reshape's unflattening)
+    split: Split | None = None
 
     @property
     def parallel_axes(self) -> tuple[IterVar, ...]:
@@ -211,6 +224,10 @@ def _stage_lines(s: Stage) -> list[str]:
             if s.join:
                 out.append("  joined: runs inside the previous stage's prange (same parallel "
                            "axis; reads the earlier stages of the loop only at its own index)")
+            if s.split is not None:
+                sp = s.split
+                out.append(f"  split: {sp.axis.name} = {sp.factor} * {sp.hi.name} + {sp.lo.name}, "
+                           f"as the body reads it only through // and % by {sp.factor}")
             if s.row_buffer:
                 out.append("  row buffer: only later stages of this prange read it, at the same "
                            "parallel index, so each iteration keeps its slice in a small buffer")
