@@ -3,15 +3,16 @@
 6. contraction  - a stage `sum_K A[..] * B[..]` whose indices are plain axes covering
                   whole operand dims (matmul, dense, batch_matmul and their adjoints)
                   runs as one batched `np.matmul` (BLAS, called in Numba object mode),
-                  when its static size is at least `MIN_BLAS_WORK` multiply-adds and it
-                  is not a batch of dot products; of A @ B and B @ A the one copying the
-                  fewest elements (then with more rows) is taken.  `im2col`: when one
-                  operand is read at affine indices (a convolution, its weight gradient),
-                  that read is first gathered into its own stage, laid out to stream along
-                  the contiguous axis.  `factor_contraction`: when the other reduction axes
-                  have bounds depending on the output point (a convolution's input
-                  gradient), the constant axes indexing both operands plainly are summed by
-                  a contraction `P` first, and the stage sums the few remaining terms of P.
+                  when its static size is at least `MIN_BLAS_WORK` multiply-adds and it is
+                  a matrix-matrix product (dots and matrix-vector products stay loops); of
+                  A @ B and B @ A the one copying the fewest elements (then with more rows)
+                  is taken.  `im2col`: when one operand is read at affine indices (a
+                  convolution, its weight gradient), that read is first gathered into its
+                  own stage, laid out to stream along the contiguous axis.
+                  `factor_contraction`: when the other reduction axes have bounds depending
+                  on the output point (a convolution's input gradient), the constant axes
+                  indexing both operands plainly are summed by a contraction `P` first,
+                  and the stage sums the few remaining terms of P.
 7. accumulate   - a reduction whose reads stream along the innermost data axis but not
                   along the reduction accumulates whole rows (k-i-j order); a reduction
                   with too few output points to parallelize over is split into parallel
@@ -320,8 +321,9 @@ def _contraction(st: ComputeStage) -> Contraction | None:
         return None
     batch = [a for a in data if a in sa and a in sb]
     rest = [a for a in data if a not in sa or a not in sb]
-    if not any(a in sa for a in rest) and not any(a in sb for a in rest):
-        return None  # batched dot products: memory-bound, the loop strategies do better
+    if not any(a in sa for a in rest) or not any(a in sb for a in rest):
+        return None  # dot products and matrix-vector products are memory-bound: loops (with
+        #              lanes, inside the row's prange) do as well without leaving the loop nest
     work = _work(data, (body,))
     if work < MIN_BLAS_WORK or math.isinf(work):
         return None  # small, or symbolic dims (size unknown until the call): loops
