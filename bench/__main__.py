@@ -40,6 +40,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
+from texpr_ad.report.checks import timed  # noqa: E402
+
 
 def _set_threads() -> None:
     from texpr_ad.kernels.numba_cpu import start_threads
@@ -48,17 +50,6 @@ def _set_threads() -> None:
     import torch
     torch.set_num_threads(THREADS)
     numba.set_num_threads(THREADS)
-
-
-def _median_time(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def _paired_times(f: Callable[[], Any], g: Callable[[], Any], repeat: int,
@@ -118,7 +109,7 @@ def _torch_side(w: Any, g: np.ndarray, repeat: int) -> dict[str, Any]:
     def bwd_only() -> Any:
         return torch.autograd.grad(y, diff, gt, retain_graph=True)
 
-    return {"fwd": fwd, "bwd": vjp, "bwd_only_t": _median_time(bwd_only, repeat),
+    return {"fwd": fwd, "bwd": vjp, "bwd_only_t": timed(bwd_only, repeat, warmup=2),
             "y": fwd().detach().numpy(), "grads": [x.numpy() for x in vjp()]}
 
 

@@ -160,9 +160,10 @@ def check_grad(entry: OpEntry, runner: Runner = interp_runner, directions: int =
         return _fail(e)
 
 
-def timed(fn: Callable[[], object], repeat: int = 3) -> float:
-    """Median wall time of fn() in seconds after one warm-up call."""
-    fn()
+def timed(fn: Callable[[], object], repeat: int = 3, warmup: int = 1) -> float:
+    """Median wall time of fn() in seconds after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
     ts = []
     for _ in range(repeat):
         t0 = time.perf_counter()
