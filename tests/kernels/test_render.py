@@ -12,6 +12,7 @@ import pytest
 
 import texpr_ad as ta
 from texpr_ad import te
+from texpr_ad.kernels import vecmath
 from texpr_ad.kernels.numba_cpu import CPURenderer
 from texpr_ad.kernels.render import EXPR_RULES
 from texpr_ad.schedule import ComputeStage, ScatterStage, ScheduleError, plan_kernel
@@ -59,6 +60,9 @@ def _sample_args(op: Op, dtype: str) -> list[tuple]:
     return [(-1.25, 0.75), (2.5, -0.5), (0.5, 1.5)]
 
 
+VECMATH = {n: getattr(vecmath, n) for n in ("exp_f32", "tanh_f32", "fmax", "fmin")}
+
+
 @pytest.mark.parametrize("op", [op for op in Op if op is not Op.CAST], ids=lambda o: o.name)
 def test_render_rule_semantics_in_python(op):
     """Each rule, run as plain Python/NumPy scalar code, agrees with the reference NUMPY_IMPL."""
@@ -77,7 +81,7 @@ def test_render_rule_semantics_in_python(op):
             names = {Var(f"x{k}", a.dtype): f"x{k}" for k, a in enumerate(args)}
             e = Call(op, tuple(names), rdtype)
             src = CPURenderer().render_expr(e, names)
-            env = {"np": np, "math": math, **{f"x{k}": np.array(a.value, a.dtype)[()]
+            env = {"np": np, "math": math, **VECMATH, **{f"x{k}": np.array(a.value, a.dtype)[()]
                                               for k, a in enumerate(args)}}
             got = eval(src, env)  # noqa: S307 - our own generated expression
             ref = NUMPY_IMPL.get(op, np.where)  # SELECT is special-cased by the evaluator

@@ -73,3 +73,13 @@ def test_renderer_uses_them_for_float32_only(dtype, uses):
     want = np.exp(a) + np.tanh(a) + 1 / (1 + np.exp(-a))
     tol = 1e-6 if dtype == "float32" else 1e-14
     np.testing.assert_allclose(k(a)[0], want, rtol=tol, atol=tol)
+
+
+def test_fmax_fmin_propagate_nan_like_numpy():
+    from texpr_ad.kernels.vecmath import fmax, fmin
+    vals = [np.nan, np.inf, -np.inf, 0.0, -1.5, 2.0]
+    for a in vals:
+        for b in vals:
+            for fn, ref in ((fmax, np.maximum), (fmin, np.minimum)):
+                got, want = fn(a, b), ref(a, b)
+                assert (np.isnan(got) and np.isnan(want)) or got == want, (fn, a, b)

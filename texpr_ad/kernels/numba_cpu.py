@@ -35,6 +35,10 @@ _VEC_RULES: dict[Op, Rule] = {
     Op.TANH: _on_float32(Op.TANH, lambda e, a: f"tanh_f32({a[0]})"),
     Op.SIGMOID: _on_float32(Op.SIGMOID, lambda e, a: f"({_one(e.dtype)} / ({_one(e.dtype)} + "
                                                     f"exp_f32(-{a[0]})))"),
+    Op.MAX: lambda e, a: (f"fmax({a[0]}, {a[1]})" if e.dtype.startswith("float")
+                          else EXPR_RULES[Op.MAX](e, a)),
+    Op.MIN: lambda e, a: (f"fmin({a[0]}, {a[1]})" if e.dtype.startswith("float")
+                          else EXPR_RULES[Op.MIN](e, a)),
 }
 
 
@@ -49,7 +53,7 @@ class CPURenderer(Renderer):
     target = "cpu"
     header = ("import math", "import numpy as np", "from numba import njit, objmode, prange",
               "from texpr_ad.kernels.numba_cpu import blas_matmul",
-              f"from texpr_ad.kernels.vecmath import exp_f32, tanh_f32  # vecmath {_VECMATH}")
+              f"from texpr_ad.kernels.vecmath import exp_f32, fmax, fmin, tanh_f32  # vecmath {_VECMATH}")
     rules = {**EXPR_RULES, **_VEC_RULES}
     helper_decorator = "@njit(cache=True)"
     kernel_decorator_parallel = ("@njit(parallel={'fusion': False}, error_model='numpy', "

@@ -101,3 +101,16 @@ def tanh_f32(x: float) -> float:
     z = z if x > 0 else -z
     y = y if abs(x) < _TANH_MID else z
     return x if abs(x) < _TANH_SMALL else y
+
+
+@njit(inline="always")
+def fmax(a: float, b: float) -> float:
+    """np.maximum for floats (NaN if either is NaN) as a compare and select, which vectorizes
+    into max instructions where Numba's ufunc lowering does not."""
+    return a if (a >= b or a != a) else b
+
+
+@njit(inline="always")
+def fmin(a: float, b: float) -> float:
+    """np.minimum for floats (NaN if either is NaN), as `fmax`."""
+    return a if (a <= b or a != a) else b
