@@ -293,3 +293,15 @@ def test_start_threads_leaves_the_environment_as_it_found_it(user_value):
                          env=env)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split()[0] == str(user_value)  # only Numba's runtime saw PASSIVE
+
+
+def test_loop_invariant_calls_are_computed_once_per_row():
+    A = te.placeholder((64, 100), "float64", name="A")
+    s = te.placeholder((64,), "float64", name="s")
+    B = te.compute((64, 100), lambda i, j: A[i, j] - te.log(s[i]), name="B")
+    _, src = render([B], [A, s])
+    loop = src.split("for j in range(100):")
+    assert "np.log(s[i])" in loop[0] and "np.log" not in loop[1], src
+    a = np.random.default_rng(1).standard_normal((64, 100))
+    sv = np.linspace(1, 2, 64)
+    np.testing.assert_allclose(ta.build([B], [A, s])(a, sv)[0], a - np.log(sv)[:, None], rtol=1e-14)

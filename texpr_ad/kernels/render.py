@@ -283,7 +283,7 @@ class _Render:
                 if isinstance(e, Var) and e in self.plan.params:
                     return self.names.get(e, e.name)
                 raise ValueError(f"cannot render `{expr_str(e)}`: it is not bound here")
-            case Read() if e in env:  # a hoisted loop-invariant read
+            case Read() | Call() if e in env:  # a hoisted loop-invariant value
                 return env[e]
             case Read(tensor=t, indices=idx):
                 if not idx:
@@ -373,14 +373,15 @@ class _Render:
     def loops_and_body(self, st: ComputeStage, depth: int, serial: Sequence[IterVar]) -> None:
         """The serial loops of `st`, its reductions and its stores.
 
-        Reads that the serial loops do not change (`softmax_max[i]` in a row loop over j) are
-        loaded once into locals first: LLVM cannot hoist them itself when the loop stores to
-        another array it cannot prove distinct, and the loop would not vectorize."""
+        Values that the serial loops do not change (`softmax_max[i]`, `log(s[i])` in a row loop
+        over j) are computed once into locals first: LLVM cannot hoist loads past stores to
+        another array it cannot prove distinct, nor calls, and the loop would not vectorize."""
         env: dict[Expr, str] = {}
         if serial or any(isinstance(x, Reduce) for b in st.bodies for x in walk(b)):
             inner = set(serial)
-            for r in _invariant_reads(st.bodies, inner):
-                name = self.names.fresh(f"{self.tensor(r.tensor)}_r")
+            for r in _invariant_exprs(st.bodies, inner):
+                hint = self.tensor(r.tensor) + "_r" if isinstance(r, Read) else st.name + "_inv"
+                name = self.names.fresh(hint)
                 self.emit(depth, f"{name} = {self.expr(r, {})}")
                 env[r] = name
         for a in serial:
@@ -508,19 +509,26 @@ class _Render:
 
 # -- helpers ------------------------------------------------------------------------------------------
 
-def _invariant_reads(bodies: Sequence[Expr], inner: set[IterVar]) -> list[Read]:
-    """Reads evaluated on every iteration whose indices use none of the `inner` loop axes nor a
-    reduction axis: plain loads at fixed points, safe to hoist.  Select branches, the right side
-    of `&`/`|` and conditioned reductions are skipped (those reads may be guarded)."""
-    found: dict[Read, None] = {}
+def _invariant_exprs(bodies: Sequence[Expr], inner: set[IterVar]) -> list[Expr]:
+    """The largest subexpressions evaluated on every iteration that read a tensor but use none
+    of the `inner` loop axes nor a reduction axis (`log(s[i])` in a loop over j): safe to compute
+    once.  Select branches, the right side of `&`/`|` and conditioned reductions are not
+    entered (what they read may be guarded); reads at data-dependent indices stay in place."""
+    found: dict[Expr, None] = {}
+
+    def invariant(e: Expr, bound: set[IterVar]) -> bool:
+        nodes = list(walk(e))
+        return (any(isinstance(x, Read) for x in nodes)
+                and not any(isinstance(x, Reduce) or (isinstance(x, IterVar) and x in bound)
+                            for x in nodes)
+                and not any(isinstance(y, Read) for x in nodes if isinstance(x, Read)
+                            for i in x.indices for y in walk(i)))
 
     def go(e: Expr, bound: set[IterVar]) -> None:
+        if isinstance(e, (Read, Call)) and invariant(e, bound):
+            found.setdefault(e, None)
+            return
         match e:
-            case Read(indices=idx) if idx:
-                used = {x for i in idx for x in walk(i)}
-                if not any(isinstance(x, Read) for x in used) and not (used & bound):
-                    found.setdefault(e, None)
-                    return
             case Call(op=Op.SELECT, args=(c, _, _)):
                 return go(c, bound)
             case Call(op=Op.AND | Op.OR, args=(a, _)):
