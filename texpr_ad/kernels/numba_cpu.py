@@ -13,32 +13,35 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..te.ops import Op
 from ..schedule.plan import Plan
+from ..te import dtype as dt
+from ..te.ops import Op
 from . import cache
 from .cpu_render import CPURender
 from .render import EXPR_RULES, KERNEL_NAME, Renderer, Rule, _one
 
-# float32 exp/tanh/sigmoid through the vectorizable polynomials of vecmath.py; the header
-# names that file's hash, so cached kernels are rebuilt when it changes
+# the kernel header names vecmath.py's hash, so cached kernels are rebuilt when it changes
 _VECMATH = hashlib.sha256((Path(__file__).parent / "vecmath.py").read_bytes()).hexdigest()[:12]
 
 
-def _on_float32(op: Op, rule: Rule) -> Rule:
-    """`rule` where the call's dtype is float32, the shared EXPR_RULES entry otherwise."""
+def _only(dtypes: Callable[[str], bool], op: Op, rule: Rule) -> Rule:
+    """`rule` where the call's dtype passes `dtypes`, the shared EXPR_RULES entry otherwise."""
     other = EXPR_RULES[op]
-    return lambda e, a: (rule if e.dtype == "float32" else other)(e, a)
+    return lambda e, a: (rule if dtypes(e.dtype) else other)(e, a)
 
 
+def _f32(d: str) -> bool:
+    return d == "float32"
+
+
+# vecmath.py: float32 exp/tanh/sigmoid as vectorizable polynomials, float max/min as selects
 _VEC_RULES: dict[Op, Rule] = {
-    Op.EXP: _on_float32(Op.EXP, lambda e, a: f"exp_f32({a[0]})"),
-    Op.TANH: _on_float32(Op.TANH, lambda e, a: f"tanh_f32({a[0]})"),
-    Op.SIGMOID: _on_float32(Op.SIGMOID, lambda e, a: f"({_one(e.dtype)} / ({_one(e.dtype)} + "
-                                                    f"exp_f32(-{a[0]})))"),
-    Op.MAX: lambda e, a: (f"fmax({a[0]}, {a[1]})" if e.dtype.startswith("float")
-                          else EXPR_RULES[Op.MAX](e, a)),
-    Op.MIN: lambda e, a: (f"fmin({a[0]}, {a[1]})" if e.dtype.startswith("float")
-                          else EXPR_RULES[Op.MIN](e, a)),
+    Op.EXP: _only(_f32, Op.EXP, lambda e, a: f"exp_f32({a[0]})"),
+    Op.TANH: _only(_f32, Op.TANH, lambda e, a: f"tanh_f32({a[0]})"),
+    Op.SIGMOID: _only(_f32, Op.SIGMOID,
+                      lambda e, a: f"({_one(e.dtype)} / ({_one(e.dtype)} + exp_f32(-{a[0]})))"),
+    Op.MAX: _only(dt.is_float, Op.MAX, lambda e, a: f"fmax({a[0]}, {a[1]})"),
+    Op.MIN: _only(dt.is_float, Op.MIN, lambda e, a: f"fmin({a[0]}, {a[1]})"),
 }
 
 
@@ -53,7 +56,8 @@ class CPURenderer(Renderer):
     target = "cpu"
     header = ("import math", "import numpy as np", "from numba import njit, objmode, prange",
               "from texpr_ad.kernels.numba_cpu import blas_matmul",
-              f"from texpr_ad.kernels.vecmath import exp_f32, fmax, fmin, tanh_f32  # vecmath {_VECMATH}")
+              "from texpr_ad.kernels.vecmath import exp_f32, fmax, fmin, tanh_f32  "
+              f"# vecmath {_VECMATH}")
     rules = {**EXPR_RULES, **_VEC_RULES}
     helper_decorator = "@njit(cache=True)"
     kernel_decorator_parallel = ("@njit(parallel={'fusion': False}, error_model='numpy', "
