@@ -66,6 +66,7 @@ class CPURenderer(Renderer):
     parallel_loop = ("for {var} in prange({extent}):",)
     scatter_add = "{target} += {value}"
     workspace_min_bytes = 1 << 20
+    reciprocal_f32 = True
 
     def render(self, plan: Plan) -> str:
         return CPURender(self, plan).source()

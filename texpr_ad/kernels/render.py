@@ -165,6 +165,7 @@ class Renderer:
     # intermediates of at least this many bytes (static shapes) are kernel arguments, allocated
     # by the caller once and reused across calls (see `workspace`); None: always allocated here
     workspace_min_bytes: int | None = None
+    reciprocal_f32 = False  # float32 x / (loop-invariant d) as x * (1 / d): see loops_and_body
 
     def workspace(self, plan: Plan) -> tuple[Tensor, ...]:
         """The intermediates passed in as preallocated arrays, in argument order."""
@@ -210,6 +211,7 @@ class _Render:
         self.any_check = False
         self.row_dim: dict[int, int] = {}  # tensor id -> the dim a row buffer leaves out
         self.ws: set[int] = set()  # ids of the tensors passed in as workspace arguments
+        self.recip: dict[Expr, str] = {}  # hoisted float32 divisors -> their reciprocal's name
 
     # -- top level ---------------------------------------------------------------------
     def source(self) -> str:
@@ -285,6 +287,8 @@ class _Render:
                 raise ValueError(f"cannot render `{expr_str(e)}`: it is not bound here")
             case Read() | Call() if e in env:  # a hoisted loop-invariant value
                 return env[e]
+            case Call(op=Op.DIV, args=(a, b)) if b in self.recip:  # invariant float32 divisor
+                return f"({self.expr(a, env)} * {self.recip[b]})"
             case Read(tensor=t, indices=idx):
                 if not idx:
                     return f"{self.tensor(t)}[0]"
@@ -375,8 +379,12 @@ class _Render:
 
         Values that the serial loops do not change (`softmax_max[i]`, `log(s[i])` in a row loop
         over j) are computed once into locals first: LLVM cannot hoist loads past stores to
-        another array it cannot prove distinct, nor calls, and the loop would not vectorize."""
+        another array it cannot prove distinct, nor calls, and the loop would not vectorize.
+        A float32 division by such a value becomes a product with its reciprocal (at most 1 ulp
+        from the quotient; PyTorch's softmax scales the same way), when the renderer's
+        `reciprocal_f32` says so."""
         env: dict[Expr, str] = {}
+        self.recip = {}
         if serial or any(isinstance(x, Reduce) for b in st.bodies for x in walk(b)):
             inner = set(serial)
             for r in _invariant_exprs(st.bodies, inner):
@@ -384,6 +392,10 @@ class _Render:
                 name = self.names.fresh(hint)
                 self.emit(depth, f"{name} = {self.expr(r, {})}")
                 env[r] = name
+            if self.r.reciprocal_f32:
+                for b in _f32_divisors(st.bodies, env):
+                    self.recip[b] = self.names.fresh(f"{env[b]}_inv")
+                    self.emit(depth, f"{self.recip[b]} = np.float32(1.0) / {env[b]}")
         for a in serial:
             sp = st.split if st.split is not None and a is st.split.axis else None
             for loop in (sp.hi, sp.lo) if sp else (a,):
@@ -545,6 +557,13 @@ def _invariant_exprs(bodies: Sequence[Expr], inner: set[IterVar]) -> list[Expr]:
     for b in bodies:
         go(b, inner)
     return list(found)
+
+
+def _f32_divisors(bodies: Sequence[Expr], hoisted: dict[Expr, str]) -> list[Expr]:
+    """Hoisted values that divide float32 expressions in `bodies`, in order."""
+    return list(dict.fromkeys(x.args[1] for b in bodies for x in walk(b)
+                              if isinstance(x, Call) and x.op is Op.DIV and x.dtype == "float32"
+                              and x.args[1] in hoisted))
 
 
 def _is_zero(e: Expr) -> bool:
