@@ -202,7 +202,7 @@ def test_scatter_parallel_only_over_injective_axis():
     (st,) = plan.stages
     assert isinstance(st, ScatterStage)
     assert st.parallel_axis.name == "d" and st.parallel_dim == 1
-    assert st.index[st.parallel_dim].same_as(st.parallel_axis)
+    assert all(u.index[st.parallel_dim].same_as(st.parallel_axis) for u in st.updates)
     assert "for d in prange(8):" in src and "+= g[t, d]" in src
     assert "injective" in str(plan)
 

@@ -19,7 +19,7 @@ from .. import te
 from .._env import debug_level
 from ..te import dtype as dt
 from ..te.expr import Call, Const, Expr, IterVar, Reduce, const
-from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
+from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tensor
 from ..te.ops import Op
 from ..te.visit import reads, substitute, transform, walk
 from .collect import collect
@@ -148,9 +148,9 @@ def _stage_terms(op: ComputeOp | ScatterOp, outs: dict[int, Tensor], heads: dict
                  ) -> list[tuple[Tensor, Term]]:
     where = f"stage {op.name!r}"
     if isinstance(op, ScatterOp):
-        head = heads[0][prefix + op.index]
-        return [(c.read.tensor, Term(c.read.indices, op.axis, head * c.coeff, c.guards + (op.condition,)))
-                for c in collect(op.value, wanted, where)]
+        return [(c.read.tensor, Term(c.read.indices, op.axis, heads[0][prefix + u.index] * c.coeff,
+                                     c.guards + (u.condition,)))
+                for u in op.updates for c in collect(u.value, wanted, where)]
     terms: list[tuple[Tensor, Term]] = []
     data = op.axis
     for k, body in enumerate(op.body):
@@ -180,10 +180,13 @@ class _Builder:
         probe = tuple(IterVar(f"j{d}", const(0), s) for d, s in enumerate(X.shape))
         same = dict(zip(self.prefix_vars, self.prefix_vars, strict=True))
         gathers = [t for t in terms if self._gather(t, same, probe, X.dtype) is not None]
-        scattered = [t for t in terms if not any(t is g for g in gathers)]
-        if not gathers and len(scattered) == 1 and extra is None:  # a lone scatter needs no wrapper
-            return self._scatter(X, scattered[0], name)
-        scatters = [self._scatter(X, t, f"{name}_scatter{k}") for k, t in enumerate(scattered)]
+        groups: dict[tuple, list[Term]] = {}  # scatter terms over one domain share a loop nest
+        for t in terms:
+            if not any(t is g for g in gathers):
+                groups.setdefault(_scatter_key(t), []).append(t)
+        if not gathers and len(groups) == 1 and extra is None:  # a lone scatter needs no wrapper
+            return self._scatter(X, next(iter(groups.values())), name)
+        scatters = [self._scatter(X, g, f"{name}_scatter{k}") for k, g in enumerate(groups.values())]
 
         def body(*idx: IterVar) -> Expr:
             psub = dict(zip(self.prefix_vars, idx[:npre], strict=True))
@@ -226,18 +229,27 @@ class _Builder:
             return red if outer is None else outer * red
         return te.if_then_else(_all(conds), value, const(0.0, dtype)) if conds else value
 
-    def _scatter(self, X: Tensor, t: Term, name: str) -> Tensor:
+    def _scatter(self, X: Tensor, terms: list[Term], name: str) -> Tensor:
+        """One scatter-add stage over the terms' common domain, an update per term."""
         copies: dict[Expr, Expr] = {}
         axes: list[IterVar] = []
-        for v in self.prefix_vars + t.unknowns:
+        for v in self.prefix_vars + terms[0].unknowns:
             a = IterVar(v.name, substitute(v.lo, copies), substitute(v.extent, copies), "data")
             copies[v] = a
             axes.append(a)
-        index = tuple(simplify(substitute(i, copies)) for i in self.prefix_vars + t.index)
-        value = simplify(substitute(t.value, copies)).astype(X.dtype)
-        cond = simplify(substitute(_all(t.guards), copies))
-        op = ScatterOp(name, self.prefix_shape + X.shape, X.dtype, tuple(axes), index, value, cond)
+        updates = [ScatterUpdate(tuple(simplify(substitute(i, copies)) for i in self.prefix_vars + t.index),
+                                 simplify(substitute(t.value, copies)).astype(X.dtype),
+                                 simplify(substitute(_all(t.guards), copies)))
+                   for t in terms]
+        op = ScatterOp.of(name, self.prefix_shape + X.shape, X.dtype, tuple(axes), updates)
         return Tensor(op, 0, op.shape, op.dtype)
+
+
+def _scatter_key(t: Term) -> tuple:
+    """Scatter terms with one key share a stage: the same domain, and the same index dims that are
+    plain loop axes (so an axis the scheduler may parallelize over stays injective for all)."""
+    plain = tuple((d, i) for d, i in enumerate(t.index) if isinstance(i, IterVar) and i in t.unknowns)
+    return (tuple(id(u) for u in t.unknowns), plain)
 
 
 def _factor_out(value: Expr, axes: set[IterVar]) -> tuple[Expr | None, Expr]:

@@ -11,7 +11,7 @@ from .. import te
 from ..te import dtype as dt
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, const
 from ..te.ops import Op
-from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
+from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tensor
 from ..te.visit import substitute
 from .adjoint import _builtin_or_raise, prod_partial, tie_count, zeros_like
 from .errors import GradientError, NotDifferentiableError
@@ -52,10 +52,11 @@ def _stage_tangents(op: ComputeOp | ScatterOp, outs: dict[int, Tensor], tan: dic
                     ) -> dict[int, Tensor]:
     where = f"stage {op.name!r}"
     if isinstance(op, ScatterOp):
-        v = _tangent(op.value, tan, where)
-        if v is None:
+        ups = [ScatterUpdate(u.index, v, u.condition) for u in op.updates
+               if (v := _tangent(u.value, tan, where)) is not None]
+        if not ups:
             return {}
-        new = ScatterOp(f"{op.name}_tan", op.shape, op.dtype, op.axis, op.index, v, op.condition)
+        new = ScatterOp.of(f"{op.name}_tan", op.shape, op.dtype, op.axis, ups)
         return {0: Tensor(new, 0, new.shape, new.dtype)}
     result: dict[int, Tensor] = {}
     data = op.axis

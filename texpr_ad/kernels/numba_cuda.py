@@ -326,14 +326,13 @@ class _CudaRender(_Render):
         else:
             self.emit(1, self.r.single_guard)
             depth, points = 2, ""
-        depth, idx = self.scatter_target(depth, st, serial)
-        value = top(self.expr(st.value, {}))
-        if how == "atomic":
-            index = idx[0] if len(idx) == 1 else f"({', '.join(idx) or '0'})"
-            self.emit(depth, self.r.atomic_add.format(array=self.tensor(st.tensor), index=index,
+        for d, idx, value in self.scatter_updates(depth, st, serial):
+            if how == "atomic":
+                index = idx[0] if len(idx) == 1 else f"({', '.join(idx) or '0'})"
+                self.emit(d, self.r.atomic_add.format(array=self.tensor(st.tensor), index=index,
                                                       value=value))
-        else:
-            self.emit(depth, self.r.scatter_add.format(target=self.index(st.tensor, idx), value=value))
+            else:
+                self.emit(d, self.r.scatter_add.format(target=self.index(st.tensor, idx), value=value))
         return f"launch({{k}}, {points}, 0)" if points else "launch({k}, 1, 1)"
 
 
@@ -343,7 +342,7 @@ def t_shape(st: ComputeStage | ScatterStage) -> list[Expr]:
 
 def _reads(st: ComputeStage | ScatterStage) -> list:
     """Tensors read by the stage (also inside reduction bounds), in order of first appearance."""
-    exprs = list(st.bodies) if isinstance(st, ComputeStage) else [*st.index, st.value, st.condition]
+    exprs = list(st.bodies) if isinstance(st, ComputeStage) else [e for u in st.updates for e in u.exprs]
     out: list = []
     todo = list(exprs)
     seen: set[int] = set()

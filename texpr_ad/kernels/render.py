@@ -473,23 +473,26 @@ class _Render:
         self.checked = self.any_check = True
         return f"{CHECK_NAME}({i}, {n}, {ERR_NAME})"
 
-    def scatter_target(self, depth: int, st: ScatterStage, serial: Sequence[IterVar]
-                       ) -> tuple[int, list[str]]:
-        """The serial loops and condition of a scatter, and its target index (checked unless
-        the dim is the injective parallel axis or a plain loop variable)."""
+    def scatter_updates(self, depth: int, st: ScatterStage, serial: Sequence[IterVar]
+                        ) -> Iterator[tuple[int, list[str], str]]:
+        """Emit the serial loops of a scatter, then for each update its condition; yield
+        (depth, target index, value) for the caller to emit the addition.  Index dims are
+        checked unless they are the injective parallel axis or a plain loop variable."""
         for a in serial:
             self.range_loop(depth, a, {})
             depth += 1
-        if not (isinstance(st.condition, Const) and st.condition.value is True):
-            self.emit(depth, f"if {top(self.expr(st.condition, {}))}:")
-            depth += 1
-        idx = []
-        for d, i in enumerate(st.index):
-            s = top(self.expr(i, {}))
-            if not (d == st.parallel_dim or isinstance(i, IterVar)):
-                s = self.check(s, f"{self.tensor(st.tensor)}.shape[{d}]")
-            idx.append(s)
-        return depth, idx
+        for u in st.updates:
+            d0 = depth
+            if not (isinstance(u.condition, Const) and u.condition.value is True):
+                self.emit(d0, f"if {top(self.expr(u.condition, {}))}:")
+                d0 += 1
+            idx = []
+            for d, i in enumerate(u.index):
+                s = top(self.expr(i, {}))
+                if not (d == st.parallel_dim or isinstance(i, IterVar)):
+                    s = self.check(s, f"{self.tensor(st.tensor)}.shape[{d}]")
+                idx.append(s)
+            yield d0, idx, top(self.expr(u.value, {}))
 
     def scatter(self, st: ScatterStage) -> None:
         self.emit(1, f"# stage {st.name}: scatter-add, {st.strategy}")
@@ -514,9 +517,8 @@ class _Render:
         elif st.parallel_axis is not None:
             depth = self.parallel_nest(depth, st.order[:1], st.name)
             serial = st.order[1:]
-        depth, idx = self.scatter_target(depth, st, serial)
-        target = self.index(t, idx)
-        self.emit(depth, self.r.scatter_add.format(target=target, value=top(self.expr(st.value, {}))))
+        for d, idx, value in self.scatter_updates(depth, st, serial):
+            self.emit(d, self.r.scatter_add.format(target=self.index(t, idx), value=value))
 
 
 # -- helpers ------------------------------------------------------------------------------------------

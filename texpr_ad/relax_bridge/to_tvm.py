@@ -7,7 +7,7 @@ Every stage of the DAG becomes one TVM stage:
   one TVM compute, other bodies of a multi-output op get a compute each.
 * `ScatterOp` -> `tvm.te.extern` whose body is a TIR statement: a loop nest that
   zero-fills the output, then a serial loop nest over the scatter axes that does
-  `if condition: out[index] += value` (the guard also keeps index/value reads
+  `if condition: out[index] += value` for each of its updates (the guard also keeps index/value reads
   lazy).  Serial accumulation is race-free by construction.
 
 Semantic points the translation takes care of:
@@ -289,7 +289,7 @@ def _scatter(op: ScatterOp, dag: _Dag) -> Any:
     """`te.extern`: zero-fill, then a serial loop nest `if cond: out[index] += value`."""
     tvm = _tvm()
     te, tirx = tvm.te, tvm.tirx
-    for e in (*op.index, op.value, op.condition):
+    for e in op.exprs:
         if any(isinstance(x, Reduce) for x in walk(e)):
             raise TranslationError(f"scatter stage {op.name!r}: reductions inside a scatter are not "
                                    "supported; compute them in a stage of their own first")
@@ -315,11 +315,15 @@ def _scatter(op: ScatterOp, dag: _Dag) -> Any:
             bounds.append((v, fit(tr(a.lo), INDEX64), fit(tr(a.extent), INDEX64)))
             env[a] = v
         tr = ExprTranslator({**dag.vars, **env}, load, op.name)
-        idx = [tr(i) for i in op.index]
-        body: Any = tirx.BufferStore(
-            out, tirx.BufferLoad(out, idx) + fit(tr(op.value), op.dtype), idx)
-        if not (isinstance(op.condition, Const) and op.condition.value is True):
-            body = tirx.IfThenElse(tr(op.condition), body, None)
+        adds = []
+        for u in op.updates:
+            idx = [tr(i) for i in u.index]
+            add: Any = tirx.BufferStore(
+                out, tirx.BufferLoad(out, idx) + fit(tr(u.value), op.dtype), idx)
+            if not (isinstance(u.condition, Const) and u.condition.value is True):
+                add = tirx.IfThenElse(tr(u.condition), add, None)
+            adds.append(add)
+        body: Any = adds[0] if len(adds) == 1 else tirx.SeqStmt(adds)
         for v, lo, ext in reversed(bounds):
             body = tirx.For(v, lo, ext, tirx.ForKind.SERIAL, body)
         return tirx.SeqStmt([zero, body])
@@ -339,8 +343,7 @@ def symbolic_vars(tensors: Sequence[Tensor]) -> list[Var]:
             case ComputeOp(body=body):
                 exprs += list(body)
             case ScatterOp():
-                exprs += [*t.op.index, t.op.value, t.op.condition,
-                          *(x for a in t.op.axis for x in (a.lo, a.extent))]
+                exprs += [*t.op.exprs, *(x for a in t.op.axis for x in (a.lo, a.extent))]
         for e in exprs:
             for x in walk(e):  # reducer lhs/rhs vars are not children, so never seen here
                 if isinstance(x, Var):

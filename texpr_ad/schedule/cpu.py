@@ -418,7 +418,7 @@ def scatter_block(st: ScatterStage) -> ScatterStage:
     prange runs over blocks of it, the other loops inside, the block innermost (race-free:
     blocks write disjoint elements)."""
     p = st.parallel_axis
-    if (p is None or st.parallel_dim != len(st.index) - 1 or len(st.order) < 2
+    if (p is None or st.parallel_dim != len(st.shape) - 1 or len(st.order) < 2
             or not _is_zero(p.lo) or (_const(p.extent) or 0) < 2 * SCATTER_BLOCK):
         return st
     return replace(st, block=SCATTER_BLOCK)
@@ -457,7 +457,7 @@ def join_stages(stages: list[Stage], overrides: Mapping[str, Mapping[str, Any]])
 
 def _reads(st: Stage) -> Iterator[Read]:
     """Every tensor read of a stage, reduction bounds and BLAS operands included."""
-    exprs = st.bodies if isinstance(st, ComputeStage) else (*st.index, st.value, st.condition)
+    exprs = st.bodies if isinstance(st, ComputeStage) else [e for u in st.updates for e in u.exprs]
     for e in exprs:
         for x in walk(e):
             if isinstance(x, Read):

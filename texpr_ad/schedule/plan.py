@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..te.expr import Const, Expr, IterVar, Var
 from ..te.printer import expr_str
-from ..te.tensor import Tensor, shape_str
+from ..te.tensor import ScatterUpdate, Tensor, shape_str
 
 ACCUMULATION = ("reductions fold into a local scalar of the reduction's dtype (float32 sums "
                 "accumulate in float32, like a plain loop in C); integer arithmetic runs in "
@@ -133,20 +133,19 @@ class ComputeStage:
 
 @dataclass(frozen=True)
 class ScatterStage:
-    """`tensor = zeros(shape); tensor[index] += value` over `order` where `condition`.
+    """`tensor = zeros(shape); tensor[index] += value where condition` over `order`, for each
+    of `updates` in turn at every point.
 
     `parallel_axis` (outermost in `order`) is an axis that index dim
-    `parallel_dim` equals exactly, so distinct iterations write distinct
-    elements and a `prange` over it is race-free; None means serial.
+    `parallel_dim` of every update equals exactly, so distinct iterations write
+    distinct elements and a `prange` over it is race-free; None means serial.
     """
 
     name: str
     tensor: Tensor
     shape: tuple[Expr, ...]
     order: tuple[IterVar, ...]
-    index: tuple[Expr, ...]
-    value: Expr
-    condition: Expr
+    updates: tuple[ScatterUpdate, ...]
     parallel_axis: IterVar | None
     parallel_dim: int
     is_output: bool
@@ -237,10 +236,9 @@ def _stage_lines(s: Stage) -> list[str]:
         case ScatterStage():
             head = (f"stage {s.name} [{role}, materialized] scatter-add into zeros"
                     f"{shape_str(s.shape)} {s.tensor.dtype}")
-            idx = ", ".join(expr_str(i) for i in s.index)
+            idx = "; ".join("[" + ", ".join(expr_str(i) for i in u.index) + "]" for u in s.updates)
             loops = " > ".join(a.name for a in s.order) or "(single point)"
-            out = [head, f"  loops: {loops}; target index [{idx}]",
-                   f"  scatter: {s.strategy}"]
+            out = [head, f"  loops: {loops}; target index {idx}", f"  scatter: {s.strategy}"]
     if s.inlined:
         out.append(f"  inlined: {', '.join(s.inlined)}")
     out += [f"  note: {n}" for n in s.notes]

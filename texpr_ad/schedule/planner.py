@@ -39,10 +39,10 @@ from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, Var
 from ..te.ops import Op
 from ..te.printer import expr_str
 from ..te.simplify import simplify
-from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
+from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tensor
 from ..te.visit import children, substitute, transform, walk
 from .cpu import cpu_strategies, factor_contraction, im2col, join_stages, row_buffers, scatter_block
-from .nest import compute_stage
+from .nest import _const, compute_stage
 from .plan import ComputeStage, Inline, Plan, ScatterStage, ScheduleError, Stage
 
 OVERRIDE_KEYS = {"compute": {"inline", "parallel", "fuse", "order", "blas", "accumulate"},
@@ -179,7 +179,7 @@ def _check_overrides(ov: dict[str, Mapping[str, Any]], ops: list, names: dict[in
 # -- 2. uses --------------------------------------------------------------------------
 
 def _exprs(op: ComputeOp | ScatterOp) -> tuple[Expr, ...]:
-    return op.body if isinstance(op, ComputeOp) else (*op.index, op.value, op.condition)
+    return op.body if isinstance(op, ComputeOp) else op.exprs
 
 
 def _uses(ops: list[ComputeOp | ScatterOp]) -> dict[int, list[_Use]]:
@@ -280,34 +280,32 @@ class _Expander:
 
 def _scatter_stage(op: ScatterOp, name: str, is_output: bool, expand: _Expander,
                    ov: Mapping[str, Any], tensors_of: dict[tuple[int, int], Tensor]) -> ScatterStage:
-    index = tuple(expand(i) for i in op.index)
-    value, cond = expand(op.value), expand(op.condition)
-    for e in (*index, value, cond):
-        if any(isinstance(x, Reduce) for x in walk(e)):
+    updates = tuple(ScatterUpdate(tuple(expand(i) for i in u.index), expand(u.value),
+                                  expand(u.condition)) for u in op.updates)
+    for u in updates:
+        if any(isinstance(x, Reduce) for e in u.exprs for x in walk(e)):
             raise ScheduleError(f"scatter {name!r}: reductions inside a scatter are not supported; "
                                 f"compute them in a stage of their own")
     notes: list[str] = [f"override {k}={v!r}" for k, v in ov.items()]
-    cand, dim = None, -1
     axes = set(op.axis)
-    for d, ix in enumerate(index):
-        if isinstance(ix, IterVar) and ix in axes:
-            deps = [v for e in (ix.lo, ix.extent) for v in walk(e) if isinstance(v, IterVar)]
-            if not deps:
-                cand, dim = ix, d
-                break
+    cands = [(ix, d) for d, ix in enumerate(updates[0].index)  # index dim d of every update
+             if isinstance(ix, IterVar) and ix in axes and all(u.index[d].same_as(ix) for u in updates)
+             and not any(isinstance(v, IterVar) for e in (ix.lo, ix.extent) for v in walk(e))]
+    # the longest such axis (a batch dim of 1 leaves nothing to share); unknown extents count long
+    cand, dim = max(cands, key=lambda c: _const(c[0].extent) or 1 << 62, default=(None, -1))
     want = ov.get("parallel", cand is not None)
     if want and cand is None:
+        idx = "; ".join("[" + ", ".join(expr_str(i) for i in u.index) + "]" for u in updates)
         raise ScheduleError(f"scatter {name!r}: no axis maps injectively to an index dim "
-                            f"(index [{', '.join(expr_str(i) for i in index)}]), so a parallel "
-                            f"scatter would race; remove the 'parallel' override")
+                            f"(index {idx}), so a parallel scatter would race; remove the "
+                            f"'parallel' override")
     if not want:
         cand, dim = None, -1
         notes.append("serial: no index dim is exactly one loop axis (a parallel loop would race)"
                      if "parallel" not in ov else "serial by override")
     order = tuple(op.axis) if cand is None else (cand, *[a for a in op.axis if a is not cand])
-    return ScatterStage(name, tensors_of[(id(op), 0)], tuple(op.shape), order, index, value, cond,
-                        cand, dim, is_output, expand.names_in((*op.index, op.value, op.condition)),
-                        tuple(notes))
+    return ScatterStage(name, tensors_of[(id(op), 0)], tuple(op.shape), order, updates,
+                        cand, dim, is_output, expand.names_in(op.exprs), tuple(notes))
 
 
 # -- symbolic dims ------------------------------------------------------------------------

@@ -10,12 +10,12 @@ from .intrin import (abs, all, any, atan, cast, ceil, cos, erf, exp, floor, floo
 from .ops import Op
 from .printer import expr_str, stage_str, tensor_str
 from .reduce import Reducer, comm_reducer, max, max_value, min, min_value, prod, sum
-from .tensor import (ComputeOp, PlaceholderOp, ScatterOp, Tensor, TensorError, compute,
+from .tensor import (ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tensor, TensorError, compute,
                      placeholder, reduce_axis, var)
 
 __all__ = [
     "Call", "CommReducer", "ComputeOp", "Const", "EqualOp", "Expr", "IterVar", "Op",
-    "PlaceholderOp", "Read", "Reduce", "Reducer", "ScatterOp", "Tensor", "TensorError", "Var",
+    "PlaceholderOp", "Read", "Reduce", "Reducer", "ScatterOp", "ScatterUpdate", "Tensor", "TensorError", "Var",
     "abs", "all", "any", "atan", "cast", "ceil", "comm_reducer", "compute", "const", "cos",
     "dtype", "erf", "evaluate", "exp", "expr_str", "floor", "floordiv", "floormod",
     "if_then_else", "indexdiv", "indexmod", "left_shift", "log", "log1p", "logical_not", "max",

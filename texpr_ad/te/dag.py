@@ -82,10 +82,7 @@ def replace_inputs(outputs: Iterable[Tensor], mapping: Mapping[Tensor, Tensor]) 
                                                tuple(transform(b, fn) for b in op.body),
                                                op.tag, dict(op.attrs))
                 case ScatterOp():
-                    clones[id(op)] = ScatterOp(
-                        op.name, op.shape, op.dtype, op.axis,
-                        tuple(transform(i, fn) for i in op.index), transform(op.value, fn),
-                        transform(op.condition, fn))
+                    clones[id(op)] = op.map(lambda e: transform(e, fn))
                 case _:
                     raise TypeError(f"replace_inputs: cannot clone stage {t.name!r} "
                                     f"({type(op).__name__})")

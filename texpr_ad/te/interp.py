@@ -240,15 +240,17 @@ def _scatter(op: ScatterOp, values: dict[int, np.ndarray], vars_env: dict[Expr, 
     shape = tuple(int(np.asarray(_eval(s, cx, None))) for s in op.shape)
     dom = tuple(int(np.asarray(_eval(a.extent, cx, None))) for a in op.axis)
     out = np.zeros(shape, dtype=op.dtype)
-    with np.errstate(all="ignore"):
-        cond = np.broadcast_to(np.asarray(_eval(op.condition, cx, None), bool), dom)
-        val = np.broadcast_to(np.asarray(_eval(op.value, cx, cond)), dom)
-        idx = [np.broadcast_to(np.asarray(_eval(i, cx, cond)).astype(np.int64), dom) for i in op.index]
-    for d, (i, n) in enumerate(zip(idx, shape, strict=True)):
-        bad = cond & ((i < 0) | (i >= n))
-        if bad.any():
-            raise IndexError(f"scatter into {op.name!r}: index out of bounds in dim {d}")
-    np.add.at(out, tuple(i[cond] for i in idx), val[cond].astype(op.dtype))
+    for u in op.updates:
+        with np.errstate(all="ignore"):
+            cond = np.broadcast_to(np.asarray(_eval(u.condition, cx, None), bool), dom)
+            val = np.broadcast_to(np.asarray(_eval(u.value, cx, cond)), dom)
+            idx = [np.broadcast_to(np.asarray(_eval(i, cx, cond)).astype(np.int64), dom)
+                   for i in u.index]
+        for d, (i, n) in enumerate(zip(idx, shape, strict=True)):
+            bad = cond & ((i < 0) | (i >= n))
+            if bad.any():
+                raise IndexError(f"scatter into {op.name!r}: index out of bounds in dim {d}")
+        np.add.at(out, tuple(i[cond] for i in idx), val[cond].astype(op.dtype))
     return out
 
 

@@ -136,10 +136,11 @@ def stage_str(t: object) -> str:
                      f'lambda{params}: {body}, name="{op.name}")')
     elif isinstance(op, ScatterOp):
         dom = ", ".join(f"{a.name} in range({expr_str(a.extent)})" for a in op.axis)
-        cond = "" if isinstance(op.condition, Const) else f" if {expr_str(op.condition)}"
-        lines.append(f"{op.name} = scatter_add({_shape(op.shape)}, \"{op.dtype}\")  "
-                     f"# {op.name}[{', '.join(map(expr_str, op.index))}] += "
-                     f"{expr_str(op.value)} for {dom}{cond}")
+        lines.append(f"{op.name} = scatter_add({_shape(op.shape)}, \"{op.dtype}\")  # for {dom}:")
+        for u in op.updates:
+            cond = "" if isinstance(u.condition, Const) else f" if {expr_str(u.condition)}"
+            lines.append(f"#     {op.name}[{', '.join(map(expr_str, u.index))}] += "
+                         f"{expr_str(u.value)}{cond}")
     return "\n".join(lines)
 
 

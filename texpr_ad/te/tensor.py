@@ -67,12 +67,27 @@ class ComputeOp:
         return list(seen.values())
 
 
+@dataclass(frozen=True)
+class ScatterUpdate:
+    """One `out[index] += value where condition` of a scatter, at every point of its domain."""
+
+    index: tuple[Expr, ...]
+    value: Expr
+    condition: Expr
+
+    @property
+    def exprs(self) -> tuple[Expr, ...]:
+        return (*self.index, self.value, self.condition)
+
+
 @dataclass(eq=False)
 class ScatterOp:
     """A scatter-add stage: `out = zeros(shape); out[index] += value` over `axis` where `condition`.
 
-    The differentiator emits it for reads it cannot invert (data-dependent
-    indices such as take/embedding); schedulers must make it race-free.
+    The differentiator emits it for reads it cannot invert (data-dependent or
+    non-affine indices such as take/embedding, bilinear sampling); schedulers
+    must make it race-free.  `also` holds further updates over the same domain
+    (the four corners of a bilinear sample): one loop nest does them all.
     """
 
     name: str
@@ -82,15 +97,37 @@ class ScatterOp:
     index: tuple[Expr, ...]
     value: Expr
     condition: Expr
+    also: tuple[ScatterUpdate, ...] = ()
+
+    @property
+    def updates(self) -> tuple[ScatterUpdate, ...]:
+        return (ScatterUpdate(self.index, self.value, self.condition), *self.also)
+
+    @property
+    def exprs(self) -> tuple[Expr, ...]:
+        """Every expression of every update (what the stage reads)."""
+        return tuple(e for u in self.updates for e in u.exprs)
 
     @property
     def inputs(self) -> list[Tensor]:
         seen: dict[int, Tensor] = {}
-        for e in (*self.index, self.value, self.condition):
+        for e in self.exprs:
             for x in walk(e):
                 if isinstance(x, Read):
                     seen.setdefault(id(x.tensor), x.tensor)
         return list(seen.values())
+
+    @classmethod
+    def of(cls, name: str, shape: tuple[Expr, ...], dtype: str, axis: tuple[IterVar, ...],
+           updates: Sequence[ScatterUpdate]) -> ScatterOp:
+        first, *rest = updates
+        return cls(name, shape, dtype, axis, first.index, first.value, first.condition, tuple(rest))
+
+    def map(self, fn: Callable[[Expr], Expr], name: str | None = None) -> ScatterOp:
+        """The same scatter with `fn` applied to every index, value and condition."""
+        ups = [ScatterUpdate(tuple(fn(i) for i in u.index), fn(u.value), fn(u.condition))
+               for u in self.updates]
+        return ScatterOp.of(name or self.name, self.shape, self.dtype, self.axis, ups)
 
 
 Operation = PlaceholderOp | ComputeOp | ScatterOp
