@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -72,6 +73,7 @@ def _check_schema(doc: dict) -> None:
     for col, counts in s["by_column"].items():
         assert sum(counts.values()) == len(doc["operators"]), col
     assert isinstance(s["ok"], bool) and s["ok"] == (not s["gating_failures"])
+    assert isinstance(s["kernels_compiled"], int) and isinstance(s["kernels_loaded"], int)
 
 
 def test_json_schema_is_valid(written):
@@ -214,3 +216,21 @@ def test_python_dash_m_entry_point():
     r = subprocess.run([sys.executable, "-m", "texpr_ad", "--help"], capture_output=True,
                        check=False, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0 and "coverage" in r.stdout and "grad" in r.stdout
+
+
+def test_second_process_compiles_nothing(tmp_path):
+    """The forward and gradient checks run again in a new process load every kernel from the
+    disk cache: the report's kernel counts say 0 compiled the second time."""
+    cmd = [sys.executable, "-m", "texpr_ad", "coverage", "--ops", "relu,dense,take,softmax",
+           "--targets", "cpu", "--format", "json", "-o", str(tmp_path / "cov"), "--no-progress"]
+    env = {**os.environ, "TEXPR_CACHE_DIR": str(tmp_path / "cache")}
+    counts = []
+    for _ in range(2):
+        subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=600)
+        s = json.loads((tmp_path / "cov.json").read_text())["summary"]
+        counts.append((s["kernels_compiled"], s["kernels_loaded"]))
+    (c1, l1), (c2, l2) = counts
+    assert c1 > 0, counts              # a fresh cache folder: the first run compiles
+    # the second compiles nothing; it loads each kernel (helpers such as the index check that
+    # a kernel called are inside its cached machine code, so they may count only the first time)
+    assert c2 == 0 and 0 < l2 <= c1 + l1, counts

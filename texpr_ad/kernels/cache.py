@@ -8,6 +8,8 @@ are kept in a dict keyed by the source text.
 
 The folder is `$TEXPR_CACHE_DIR`, else `.texpr_cache/` under the current
 directory; if that cannot be written, a folder under the system temp dir.
+`compile_counts()` says how many of the CPU functions this process ran were
+compiled and how many were loaded from the disk cache.
 """
 from __future__ import annotations
 
@@ -35,6 +37,20 @@ def cache_dir() -> Path:
         except OSError:
             continue
     raise OSError("no writable folder for the texpr_ad kernel cache; set TEXPR_CACHE_DIR")
+
+
+def compile_counts() -> tuple[int, int]:
+    """(compiled, loaded from disk) over the jitted CPU functions of the generated modules this
+    process has called so far, from Numba's own per-signature cache statistics."""
+    compiled = loaded = 0
+    for mod in list(_MODULES.values()):
+        for fn in vars(mod).values():
+            stats = getattr(fn, "stats", None)
+            if stats is None or getattr(getattr(fn, "py_func", None), "__module__", None) != mod.__name__:
+                continue  # not a dispatcher of this module (e.g. an imported vecmath helper)
+            compiled += sum(stats.cache_misses.values())
+            loaded += sum(stats.cache_hits.values())
+    return compiled, loaded
 
 
 def module_name(source: str) -> str:

@@ -132,6 +132,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     elif not args.output:
         print(RENDERERS[args.format][1](report), end="")
     else:
+        print(report.kernels_line())
         print(report.summary_line())
     return 1 if report.failures else 0
 

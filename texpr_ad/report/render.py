@@ -40,6 +40,7 @@ def render_table(report: Report, color: bool | None = None) -> str:
     lines.append("")
     lines.append("legend: " + "   ".join(f"{v.symbol} {v.label}" for v in LEGEND.values()))
     lines.extend(_failure_lines(report))
+    lines.append(report.kernels_line())
     lines.append(report.summary_line())
     return "\n".join(lines)
 
@@ -64,7 +65,8 @@ def render_markdown(report: Report) -> str:
     env = report.environment
     meta = (f"Generated {report.generated} in {report.elapsed_s:.1f} s "
             f"(jobs: {env.get('jobs')}; Python {env.get('python')}, numba {env.get('numba')}, "
-            f"torch {env.get('torch') or 'absent'}, tvm {env.get('tvm') or 'absent'}).")
+            f"torch {env.get('torch') or 'absent'}, tvm {env.get('tvm') or 'absent'}, "
+            f"cuda on {env.get('cuda_mode')}).")
     out = ["# texpr_ad operator coverage", "", meta, "",
            "| status | meaning |", "| --- | --- |"]
     out += [f"| {v.symbol} {v.label} | {_md_escape(v.description)} |" for v in LEGEND.values()]
@@ -87,7 +89,7 @@ def render_markdown(report: Report) -> str:
         gating = set(report.failures)
         out += [f"- **{o}** `{c}`{'' if (o, c, d) in gating else ' (not gating)'}: "
                 f"{_md_escape(d)}" for o, c, d in fails]
-    out += ["", "## Summary", "", report.summary_line(), ""]
+    out += ["", "## Summary", "", report.summary_line(), "", report.kernels_line(), ""]
     return "\n".join(out)
 
 
@@ -133,7 +135,8 @@ def render_html(report: Report) -> str:
              (f"<div class='meta'>generated {e(report.generated)} in {report.elapsed_s:.1f} s · "
               f"jobs: {env.get('jobs')} · Python {e(str(env.get('python')))} · numba "
               f"{e(str(env.get('numba')))} · torch {e(str(env.get('torch') or 'absent'))} · "
-              f"tvm {e(str(env.get('tvm') or 'absent'))}</div>"),
+              f"tvm {e(str(env.get('tvm') or 'absent'))} · cuda on "
+              f"{e(str(env.get('cuda_mode')))}</div>"),
              f"<div class='summary {'good' if ok else 'bad'}'>{e(report.verdict_line())}</div>",
              "<div class='legend'>"]
     parts += [f"<span style='{_style(k)}' title='{e(v.description)}'>{e(v.symbol)} "
