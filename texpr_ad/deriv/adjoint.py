@@ -40,10 +40,11 @@ class Term:
 
 
 def _all(conds: Sequence[Expr]) -> Expr:
-    out: Expr = const(True)
+    """The conjunction of `conds` (True when there are none); a constant False stays False."""
+    out: Expr | None = None
     for c in conds:
-        out = c if isinstance(out, Const) else out & c
-    return out
+        out = c if out is None else out & c
+    return const(True) if out is None else out
 
 
 # -- per-stage rules ----------------------------------------------------------------------
@@ -217,6 +218,9 @@ class _Builder:
             return None
         value = simplify(substitute(substitute(t.value, psub), inv.subst)).astype(dtype)
         conds = [simplify(substitute(c, inv.subst)) for c in inv.conditions]
+        if any(isinstance(c, Const) and c.value is False for c in conds) or any(
+                isinstance(a.extent, Const) and a.extent.value <= 0 for a in inv.new_axes):
+            return const(0.0, dtype)  # no point of the domain reads X here
         # index-range conditions first: `&` short-circuits, so they guard data-dependent reads
         conds = sorted((c for c in conds if not _is_true(c)), key=lambda c: bool(reads(c)))
         if inv.new_axes:

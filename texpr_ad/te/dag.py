@@ -148,7 +148,8 @@ def cse(outputs: Iterable[Tensor]) -> list[Tensor]:
 
 def _canonical(axes: Any, body: Any) -> tuple:
     """A hashable key of a compute body up to the names of its axes: the printed body with data
-    axes renamed by position and reduction axes by order, and the identities of the tensors read
+    axes renamed by position and reduction axes by order, the reduction axes' bounds (the
+    printed body names an axis, not its range), and the identities of the tensors read
     (printed names can collide)."""
     from .expr import IterVar, Read, Reduce
     from .printer import expr_str
@@ -172,5 +173,7 @@ def _canonical(axes: Any, body: Any) -> tuple:
 
     data = {a: IterVar(f"_d{k}", a.lo, a.extent, a.kind) for k, a in enumerate(axes)}
     canon = substitute(transform(body, rename_reduce), data)
-    return (expr_str(canon), tuple(expr_str(a.extent) for a in axes),
+    bounds = tuple((a.name, expr_str(a.lo), expr_str(a.extent))
+                   for x in walk(canon) if isinstance(x, Reduce) for a in x.axis)
+    return (expr_str(canon), tuple(expr_str(a.extent) for a in axes), bounds,
             tuple(id(x.tensor) for x in walk(canon) if isinstance(x, Read)))

@@ -300,6 +300,8 @@ def _check_reads(bodies: tuple[Expr, ...], name: str) -> None:
         for r in _unguarded_reads(b):
             for d, (ix, ext) in enumerate(zip(r.indices, r.tensor.shape, strict=True)):
                 lo, hi = interval(ix)
+                if lo is not None and hi is not None and lo > hi:
+                    continue  # an empty range of some axis: the read never happens
                 n = ext.value if isinstance(ext, Const) else None
                 if (hi is not None and hi < 0) or (lo is not None and n is not None and lo >= n):
                     raise TensorError(
@@ -309,7 +311,8 @@ def _check_reads(bodies: tuple[Expr, ...], name: str) -> None:
 
 
 def _unguarded_reads(e: Expr) -> list[Read]:
-    """Reads not inside a select branch (guarded reads may be out of bounds where dead)."""
+    """Reads not inside a select branch nor under a reduction's `where=` (guarded reads may be
+    out of bounds where dead)."""
     out: list[Read] = []
 
     def go(x: Expr) -> None:
@@ -318,6 +321,9 @@ def _unguarded_reads(e: Expr) -> list[Read]:
         from .expr import Call
         if isinstance(x, Call) and x.op is Op.SELECT:
             go(x.args[0])
+            return
+        if isinstance(x, Reduce) and not (isinstance(x.condition, Const) and x.condition.value is True):
+            go(x.condition)
             return
         for c in children(x):
             go(c)

@@ -65,12 +65,15 @@ def substitute(e: Expr, mapping: dict[Expr, Expr]) -> Expr:
 
 
 def _rebind_axes(red: Reduce, mapping: dict[Expr, Expr]) -> Reduce | None:
-    """New reduce axes when `mapping` changes their bounds (the body already has `mapping` applied)."""
-    axes = tuple(IterVar(a.name, substitute(a.lo, mapping), substitute(a.extent, mapping), a.kind)
-                 for a in red.axis)
+    """New reduce axes when `mapping` changes their bounds (the body already has `mapping` applied).
+    An axis whose bounds use an earlier axis of the same reduction reads the rebuilt one."""
+    amap: dict[Expr, Expr] = {}
+    for a in red.axis:
+        m = {**mapping, **amap}
+        amap[a] = IterVar(a.name, substitute(a.lo, m), substitute(a.extent, m), a.kind)
+    axes = tuple(amap[a] for a in red.axis)  # type: ignore[misc]
     if all(n.lo is a.lo and n.extent is a.extent for n, a in zip(axes, red.axis, strict=True)):
         return None
-    amap: dict[Expr, Expr] = dict(zip(red.axis, axes, strict=True))
     return Reduce(red.combiner, tuple(substitute(s, amap) for s in red.source), axes,
                   substitute(red.condition, amap), red.value_index, red.dtype,
                   tuple(substitute(i, amap) for i in red.init))
