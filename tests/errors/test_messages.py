@@ -43,6 +43,15 @@ def test_gradient_of_integer_output_and_bad_head(mm):
         ta.grad(I, [A], head=te.placeholder((4,), "int32", name="h"))
 
 
+def test_inputs_must_be_tensors_and_unused_ones_get_zeros(mm):
+    A, W, Y = mm
+    with pytest.raises(ta.GradientError, match=r"inputs\[1\] is a ndarray, not a te tensor"):
+        ta.grad(Y, [A, np.zeros((4, 3))])
+    other = te.placeholder((5,), "float64", name="other")  # not in Y's DAG: an exact zero
+    (d,) = ta.grad(Y, [other], head=te.placeholder((4, 2), "float64", name="h"))
+    assert d.op.attrs.get("zero") and te.evaluate([d], {})[0].tolist() == [0.0] * 5
+
+
 def test_integer_input_gets_no_gradient(mm):
     A, W, Y = mm
     idx = te.placeholder((4,), "int32", name="idx")

@@ -347,6 +347,10 @@ def grad(output: Tensor | Sequence[Tensor], inputs: Sequence[Tensor],
         raise GradientError("all heads must have the same leading extra dims")
     prefix = tuple(IterVar(f"p{k}", const(0), s) for k, s in enumerate(prefix_shape))
     inputs = list(inputs)
+    for k, x in enumerate(inputs):
+        if not isinstance(x, Tensor):
+            raise GradientError(f"inputs[{k}] is a {type(x).__name__}, not a te tensor; pass the "
+                                "placeholders (or intermediate tensors) to differentiate with respect to")
     order = te.topo_order(outs)
     wrt = {x for x in inputs}
     depends: dict[Tensor, bool] = {}
