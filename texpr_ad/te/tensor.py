@@ -123,11 +123,11 @@ class ScatterOp:
         first, *rest = updates
         return cls(name, shape, dtype, axis, first.index, first.value, first.condition, tuple(rest))
 
-    def map(self, fn: Callable[[Expr], Expr], name: str | None = None) -> ScatterOp:
+    def map(self, fn: Callable[[Expr], Expr]) -> ScatterOp:
         """The same scatter with `fn` applied to every index, value and condition."""
         ups = [ScatterUpdate(tuple(fn(i) for i in u.index), fn(u.value), fn(u.condition))
                for u in self.updates]
-        return ScatterOp.of(name or self.name, self.shape, self.dtype, self.axis, ups)
+        return ScatterOp.of(self.name, self.shape, self.dtype, self.axis, ups)
 
 
 Operation = PlaceholderOp | ComputeOp | ScatterOp
