@@ -8,8 +8,9 @@
 from . import te
 from .api import CustomOp, build, custom_op
 from .deriv import GradientError, NotDifferentiableError, grad, jvp
+from .errors import TexprError
 from .te.work import work
 
 __version__ = "0.1.0"
-__all__ = ["CustomOp", "GradientError", "NotDifferentiableError", "build", "custom_op", "grad",
-           "jvp", "te", "work"]
+__all__ = ["CustomOp", "GradientError", "NotDifferentiableError", "TexprError", "build",
+           "custom_op", "grad", "jvp", "te", "work"]

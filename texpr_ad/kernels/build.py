@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..errors import TexprError
 from .._env import debug_level
 from ..schedule.plan import Plan
 from ..schedule.planner import plan_kernel
@@ -33,7 +34,7 @@ from .render import Renderer
 TARGETS = ("cpu", "cuda")
 
 
-class KernelArgumentError(ValueError):
+class KernelArgumentError(TexprError, ValueError):
     """An array passed to a kernel does not match its input (names the input and the fix)."""
 
 

@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..errors import TexprError
 from ..schedule.cuda import rectangular_prefix, strategy
 from ..schedule.plan import ComputeStage, Plan, ScatterStage
 from ..te.expr import Call, Const, Expr, Read, Reduce
@@ -34,7 +35,7 @@ from .render import (ERR_NAME, EXPR_RULES, KERNEL_NAME, Renderer, Rule, _atom, _
                      _Render, _reduce_groups, top)
 
 
-class CudaUnavailableError(RuntimeError):
+class CudaUnavailableError(TexprError, RuntimeError):
     """target='cuda' with neither a GPU nor the simulator."""
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Sequence
 
+from ..errors import TexprError
 from .. import te
 from ..te import dtype as dt
 from ..te.dag import topo_order
@@ -36,7 +37,7 @@ NO_GRAD = "texpr_ad_no_grad"  # reserved te_grad_kwargs key: argument positions 
 _OPERATORS: dict[str, Callable[..., Any]] = {}  # te_grad_name -> operator function
 
 
-class BridgeError(ValueError):
+class BridgeError(TexprError, ValueError):
     """A mistake caught by the Relax bridge; the message names the operator."""
 
 

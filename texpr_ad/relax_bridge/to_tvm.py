@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..errors import TexprError
 from ..te.dag import topo_order
 from ..te.expr import Call, CommReducer, Const, Expr, IterVar, Read, Reduce, Var
 from ..te.ops import Op
@@ -43,7 +44,7 @@ from ..te.visit import walk
 INDEX64 = "int64"
 
 
-class TranslationError(ValueError):
+class TranslationError(TexprError, ValueError):
     """A construct the TVM translation cannot express (names the stage and the fix)."""
 
 

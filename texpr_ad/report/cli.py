@@ -19,6 +19,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..errors import TexprError
+
 DEFAULT_TARGETS = "cpu,torch,tvm,cuda"
 
 
@@ -88,7 +90,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     return 2
 
 
-class UsageError(ValueError):
+class UsageError(TexprError, ValueError):
     """A mistake in the command line (reported without a traceback, exit code 2)."""
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import TexprError
 from ..te.expr import Const, Expr, IterVar, Var
 from ..te.printer import expr_str
 from ..te.tensor import ScatterUpdate, Tensor, shape_str
@@ -23,7 +24,7 @@ ACCUMULATION = ("reductions fold into a local scalar of the reduction's dtype (f
 
 
 
-class ScheduleError(ValueError):
+class ScheduleError(TexprError, ValueError):
     """A DAG the scheduler cannot plan, or an illegal override (names the stage and the fix)."""
 
 

@@ -10,6 +10,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from ..errors import TexprError
 from . import dtype as dt
 from .expr import Const, Expr, IterVar, Read, Reduce, Var, as_expr, const, next_uid
 from .intervals import interval
@@ -17,7 +18,7 @@ from .ops import Op
 from .visit import children, free_vars, substitute, transform, walk
 
 
-class TensorError(ValueError):
+class TensorError(TexprError, ValueError):
     """A mistake in a tensor definition or read (names the tensor and the fix)."""
 
 
