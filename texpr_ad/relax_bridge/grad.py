@@ -182,39 +182,50 @@ def _make_handler(op: str) -> Callable[..., Any]:
         no_grad = tuple(kwargs.pop(NO_GRAD, ()))
         phs, var_map = placeholders(args, op)
         outs, heads, grads = derive(fte, op, phs, kwargs, no_grad)
-        multi = isinstance(orig_var.ty, relax.TupleType)
-        diff_idx = [k for k, o in enumerate(outs) if dt.is_float(o.dtype)]
-
-        def item(v: Any, k: int) -> Any:
-            return ctx.emit(relax.TupleGetItem(v, k)) if multi else v
-
-        head_rx = [item(output_grad, k) for k in diff_idx]
-        live = [g for g in grads if g is not None]
-        reach = set(map(id, topo_order(live))) if live else set()
-        fwd = [(k, o) for k, o in enumerate(outs) if id(o) in reach]
-        fwd_rx = [item(orig_var, k) for k, _ in fwd]
-
-        def grad_te(*ts: Any) -> list[Any]:
-            n, h = len(phs), len(heads)
-            bind = dict(zip(phs, ts[:n], strict=True))
-            bind.update(zip(heads, ts[n:n + h], strict=True))
-            bind.update(zip([o for _, o in fwd], ts[n + h:], strict=True))
-            try:
-                tv = iter(translate(live, bind=bind, var_map=var_map))
-            except TranslationError as e:
-                raise BridgeError(f"operator {op!r}: {e}") from e
-            res = []
-            for x, g, t in zip(phs, grads, ts[:n], strict=True):
-                if g is not None:
-                    res.append(next(tv))
-                else:
-                    res.append(_zeros(tvm_te, tirx, t.shape, x.dtype, f"zeros_{x.name}"))
-            return res
-
-        return ctx.emit_te(grad_te, *args, *head_rx, *fwd_rx, primfunc_name_hint=f"{op}_grad")
+        return emit_gradient(ctx, op, args, phs, var_map, outs, heads, grads, orig_var,
+                             output_grad)
 
     handler.__name__ = f"texpr_ad_grad_handler_{op}"
     return handler
+
+
+def emit_gradient(ctx: Any, op: str, args: Sequence[Any], phs: list[Tensor],
+                  var_map: dict[Var, Any], outs: list[Tensor], heads: list[Tensor],
+                  grads: list[Tensor | None], orig_var: Any, output_grad: Any) -> Any:
+    """Emit one PrimFunc computing one gradient per Relax argument in `args` (zeros where
+    `grads` has None); returns the emitted Var (a tuple).  Forward outputs the adjoints
+    read come from `orig_var`, not recomputed."""
+    from tvm import relax, te as tvm_te, tirx
+    multi = isinstance(orig_var.ty, relax.TupleType)
+    diff_idx = [k for k, o in enumerate(outs) if dt.is_float(o.dtype)]
+
+    def item(v: Any, k: int) -> Any:
+        return ctx.emit(relax.TupleGetItem(v, k)) if multi else v
+
+    head_rx = [item(output_grad, k) for k in diff_idx]
+    live = [g for g in grads if g is not None]
+    reach = set(map(id, topo_order(live))) if live else set()
+    fwd = [(k, o) for k, o in enumerate(outs) if id(o) in reach]
+    fwd_rx = [item(orig_var, k) for k, _ in fwd]
+
+    def grad_te(*ts: Any) -> list[Any]:
+        n, h = len(phs), len(heads)
+        bind = dict(zip(phs, ts[:n], strict=True))
+        bind.update(zip(heads, ts[n:n + h], strict=True))
+        bind.update(zip([o for _, o in fwd], ts[n + h:], strict=True))
+        try:
+            tv = iter(translate(live, bind=bind, var_map=var_map))
+        except TranslationError as e:
+            raise BridgeError(f"operator {op!r}: {e}") from e
+        res = []
+        for x, g, t in zip(phs, grads, ts[:n], strict=True):
+            if g is not None:
+                res.append(next(tv))
+            else:
+                res.append(_zeros(tvm_te, tirx, t.shape, x.dtype, f"zeros_{x.name}"))
+        return res
+
+    return ctx.emit_te(grad_te, *args, *head_rx, *fwd_rx, primfunc_name_hint=f"{op}_grad")
 
 
 def _zeros(tvm_te: Any, tirx: Any, shape: Any, dtype: str, name: str) -> Any:
@@ -227,5 +238,5 @@ def registered(name: str) -> Callable[..., Any] | None:
     return _OPERATORS.get(name)
 
 
-__all__ = ["BridgeError", "NO_GRAD", "PREFIX", "as_outputs", "derive", "placeholders", "register",
-           "registered", "to_python"]
+__all__ = ["BridgeError", "NO_GRAD", "PREFIX", "as_outputs", "derive", "emit_gradient",
+           "placeholders", "register", "registered", "to_python"]
