@@ -9,8 +9,9 @@ Optional: imports `tvm` lazily; nothing else in texpr_ad imports this package.
 """
 from .api import call_te_with_auto_grad, prepare_for_build
 from .check import check_op
+from .from_tvm import FromTVM, from_tvm
 from .grad import BridgeError, register
 from .to_tvm import TranslationError, build, prim_func, translate
 
-__all__ = ["BridgeError", "TranslationError", "build", "call_te_with_auto_grad", "check_op",
+__all__ = ["BridgeError", "FromTVM", "TranslationError", "build", "call_te_with_auto_grad", "check_op", "from_tvm",
            "prepare_for_build", "prim_func", "register", "translate"]
