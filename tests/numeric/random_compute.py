@@ -375,7 +375,7 @@ def _stage(draw: st.DrawFn, g: _Gen, seed: int) -> Case:
         axes = tuple((draw(st.integers(0, 1)), draw(st.integers(1, 4))) for _ in range(nred))
         ranges += [(lo, lo + n - 1) for lo, n in axes]
         where = g.cond(ranges) if draw(st.booleans()) else None
-        init = Leaf(g.read(out_ranges)) if kind != "prod" and draw(st.integers(0, 3)) == 0 else None
+        init = Leaf(g.read(out_ranges)) if draw(st.integers(0, 3)) == 0 else None
         red = Reduction(kind, axes, where, init)
     source, _ = g.node(ranges, draw(st.integers(0, 2)))
     outer = g.outer(out_ranges) if red is not None else Hole()

@@ -21,7 +21,7 @@ failure is a paste-able reproducer) and builds them with the DSL:
   on index comparisons (`<`, `==`, `floormod(v, 2) != u + 1`, `te.all/any`);
 * reductions: `te.sum/max/min/prod` over 0-2 reduce axes (lower bound 0 or 1,
   extent 1-4), sometimes with a `where=` index condition, sometimes with `init=`
-  (sum/max/min); the reduction is the whole body or sits inside an outer
+  (prod: a factor); the reduction is the whole body or sits inside an outer
   expression (an intrinsic of it, plus/times a read, a select), which splits it
   into a stage of its own;
 * two-stage definitions: a second random compute reads the first `Z` (through

@@ -23,8 +23,8 @@ from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tens
 from ..te.ops import Op
 from ..te.visit import reads, substitute, transform, walk
 from .collect import collect
-from .errors import GradientError, NotDifferentiableError
-from .reducers import as_builtin
+from .errors import GradientError
+from .reducers import linearize
 from ..te.simplify import simplify
 from .solver import invert
 
@@ -49,99 +49,21 @@ def _all(conds: Sequence[Expr]) -> Expr:
 
 # -- per-stage rules ----------------------------------------------------------------------
 
-def _sum_terms(body: Reduce, Y: Tensor, data: tuple[IterVar, ...], head: Expr,
-               wanted: Callable[[Tensor], bool], where: str) -> list[tuple[Tensor, Term]]:
-    """sum: d Y[i] / d src(i, r) = 1 where the condition holds."""
-    unknowns = data + body.axis
-    out = [(c.read.tensor, Term(c.read.indices, unknowns, head * c.coeff, c.guards + (body.condition,)))
+def _reduction_terms(body: Reduce, Y: Tensor, data: tuple[IterVar, ...], head: Expr,
+                     wanted: Callable[[Tensor], bool], where: str) -> list[tuple[Tensor, Term]]:
+    """The transpose of the reduction's linearization (`reducers.LINEARIZE`):
+
+        dsrc(i, r) += src_scale(dY[i])  where src_guards      dinit(i) += init_scale(dY[i])  where init_guards
+    """
+    body, lin = linearize(body, Y, data, where)
+    out = [(c.read.tensor, Term(c.read.indices, data + body.axis, lin.src_scale(head) * c.coeff,
+                                c.guards + lin.src_guards))
            for c in collect(body.source[0], wanted, where)]
     if body.init:
-        out += [(c.read.tensor, Term(c.read.indices, data, head * c.coeff, c.guards))
+        out += [(c.read.tensor, Term(c.read.indices, data, lin.init_scale(head) * c.coeff,
+                                     c.guards + lin.init_guards))
                 for c in collect(body.init[0], wanted, where)]
     return out
-
-
-def tie_count(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Tensor:
-    """`cnt[i] = sum_r [src(i, r) == Y[i]]` (+ [init == Y[i]]): how many elements attain the extreme."""
-    src = body.source[0]
-    one, zero = const(1.0, Y.dtype), const(0.0, Y.dtype)
-
-    def count(*i: IterVar) -> Expr:
-        m = dict(zip(data, i, strict=True))
-        hit = te.if_then_else(substitute(src, m).eq(Y[i]), one, zero)
-        n = te.sum(hit, axis=list(body.axis), where=substitute(body.condition, m))
-        if body.init:
-            n = n + te.if_then_else(substitute(body.init[0], m).eq(Y[i]), one, zero)
-        return n
-
-    return te.compute(Y.shape, count, name=f"{Y.name}_ties")
-
-
-def prod_partial(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Expr:
-    """d prod_r src / d src(i, r) without dividing by zero: with z = #zeros, p = product of non-zeros,
-
-        = [z == 0] p / src      where src != 0
-        = [z == 1] p            where src == 0
-    """
-    src = body.source[0]
-    one, zero = const(1.0, Y.dtype), const(0.0, Y.dtype)
-
-    def sub(i: tuple[IterVar, ...], e: Expr) -> Expr:
-        return substitute(e, dict(zip(data, i, strict=True)))
-
-    nz = te.compute(Y.shape, lambda *i: te.sum(te.if_then_else(sub(i, src).eq(zero), one, zero),
-                                               axis=list(body.axis), where=sub(i, body.condition)),
-                    name=f"{Y.name}_zeros")
-    pnz = te.compute(Y.shape, lambda *i: te.prod(te.if_then_else(sub(i, src).eq(zero), one, sub(i, src)),
-                                                 axis=list(body.axis), where=sub(i, body.condition)),
-                     name=f"{Y.name}_nonzero_prod")
-    z, p = nz[data], pnz[data]
-    return te.if_then_else(src.eq(zero), te.if_then_else(z.eq(one), p, zero),
-                           te.if_then_else(z.eq(zero), p / src, zero))
-
-
-def _extreme_terms(body: Reduce, Y: Tensor, data: tuple[IterVar, ...], head: Expr,
-                   wanted: Callable[[Tensor], bool], where: str) -> list[tuple[Tensor, Term]]:
-    """max/min: the adjoint goes to the arg-extremes; ties split it evenly (PyTorch amax, JAX).
-
-        cnt[i] = sum_r [src(i, r) == Y[i]]        dsrc(i, r) = dY[i] / cnt[i]  where src == Y[i]
-    """
-    src, yi = body.source[0], Y[data]
-    cnt = tie_count(body, Y, data)
-    share = head / cnt[data]
-    unknowns = data + body.axis
-    out = [(c.read.tensor, Term(c.read.indices, unknowns, share * c.coeff,
-                                c.guards + (body.condition, src.eq(yi))))
-           for c in collect(src, wanted, where)]
-    if body.init:
-        out += [(c.read.tensor, Term(c.read.indices, data, share * c.coeff,
-                                     c.guards + (body.init[0].eq(yi),)))
-                for c in collect(body.init[0], wanted, where)]
-    return out
-
-
-def _prod_terms(body: Reduce, Y: Tensor, data: tuple[IterVar, ...], head: Expr,
-                wanted: Callable[[Tensor], bool], where: str) -> list[tuple[Tensor, Term]]:
-    """prod: the zero-safe partial (see `prod_partial`) times the head."""
-    if body.init:
-        raise NotDifferentiableError(f"{where}: prod with init= is not supported; multiply instead")
-    d = prod_partial(body, Y, data)
-    return [(c.read.tensor, Term(c.read.indices, data + body.axis, head * d * c.coeff,
-                                 c.guards + (body.condition,)))
-            for c in collect(body.source[0], wanted, where)]
-
-
-# reduction kind -> its adjoint terms, each `(body, Y, data, head, wanted, where) -> [(X, Term)]`
-REDUCTION_RULES = {"sum": _sum_terms, "max": _extreme_terms, "min": _extreme_terms, "prod": _prod_terms}
-
-
-def _builtin_or_raise(body: Reduce, where: str) -> Reduce:
-    b = as_builtin(body)
-    if b is None:
-        raise NotDifferentiableError(
-            f"{where}: custom reducer {body.combiner.name or 'reducer'!r} has a float output that is "
-            "not a sum/prod/max/min of its component; only those reductions are differentiable")
-    return b
 
 
 def _stage_terms(op: ComputeOp | ScatterOp, outs: dict[int, Tensor], heads: dict[int, Tensor],
@@ -164,8 +86,7 @@ def _stage_terms(op: ComputeOp | ScatterOp, outs: dict[int, Tensor], heads: dict
             terms += [(c.read.tensor, Term(c.read.indices, data, head * transform(c.coeff, reuse), c.guards))
                       for c in collect(body, wanted, where)]
             continue
-        body = _builtin_or_raise(body, where)
-        terms += REDUCTION_RULES[body.combiner.kind](body, outs[k], data, head, wanted, where)
+        terms += _reduction_terms(body, outs[k], data, head, wanted, where)
     return terms
 
 

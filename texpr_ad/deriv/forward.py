@@ -13,8 +13,9 @@ from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, const
 from ..te.ops import Op
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tensor
 from ..te.visit import substitute
-from .adjoint import _builtin_or_raise, prod_partial, tie_count, zeros_like
+from .adjoint import zeros_like
 from .errors import GradientError, NotDifferentiableError
+from .reducers import linearize
 from .rules import PARTIALS
 
 
@@ -48,6 +49,25 @@ def _tangent(e: Expr, tan: dict[Tensor, Tensor], where: str) -> Expr | None:
     return None
 
 
+def _reduction_tangent(body: Reduce, Y: Tensor, data: tuple[IterVar, ...], tan: dict[Tensor, Tensor],
+                       where: str) -> Expr | None:
+    """The reduction's linearization (`reducers.LINEARIZE`) applied to the tangents:
+
+        dY[i] = sum_{r : src_guards} src_scale(dsrc(i, r)) + [init_guards] init_scale(dinit(i))
+    """
+    body, lin = linearize(body, Y, data, where)
+    ts = _tangent(body.source[0], tan, where)
+    ti = _tangent(body.init[0], tan, where) if body.init else None
+    parts: list[Expr] = []
+    if ts is not None:
+        parts.append(te.sum(lin.src_scale(ts), axis=list(body.axis), where=te.all(*lin.src_guards)))
+    if ti is not None:
+        ti = lin.init_scale(ti)
+        parts.append(te.if_then_else(te.all(*lin.init_guards), ti, const(0.0, ti.dtype))
+                     if lin.init_guards else ti)
+    return parts[0] + parts[1] if len(parts) == 2 else parts[0] if parts else None
+
+
 def _stage_tangents(op: ComputeOp | ScatterOp, outs: dict[int, Tensor], tan: dict[Tensor, Tensor]
                     ) -> dict[int, Tensor]:
     where = f"stage {op.name!r}"
@@ -64,26 +84,8 @@ def _stage_tangents(op: ComputeOp | ScatterOp, outs: dict[int, Tensor], tan: dic
         Y = outs.get(k)
         if Y is None or not dt.is_float(body.dtype):
             continue
-        if not isinstance(body, Reduce):
-            t = _tangent(body, tan, where)
-        else:
-            body = _builtin_or_raise(body, where)
-            src = body.source[0]
-            ts = _tangent(src, tan, where)
-            kind = body.combiner.kind
-            if ts is None:
-                t = None
-            elif kind == "sum":
-                t = te.sum(ts, axis=list(body.axis), where=body.condition)
-            elif kind in ("max", "min"):
-                cnt = tie_count(body, Y, data)
-                hit = te.all(body.condition, src.eq(Y[data]))
-                t = te.sum(te.if_then_else(hit, ts, const(0.0, Y.dtype)), axis=list(body.axis)) / cnt[data]
-            else:
-                t = te.sum(prod_partial(body, Y, data) * ts, axis=list(body.axis), where=body.condition)
-            if body.init and kind == "sum":
-                ti = _tangent(body.init[0], tan, where)
-                t = ti if t is None else (t if ti is None else t + ti)
+        t = (_reduction_tangent(body, Y, data, tan, where) if isinstance(body, Reduce)
+             else _tangent(body, tan, where))
         if t is None:
             continue
 

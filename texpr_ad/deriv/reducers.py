@@ -1,4 +1,7 @@
-"""Recognize custom reducers that are sum/prod/max/min on one component.
+"""Reductions for both AD modes: recognizing custom reducers as built-ins, and one
+linearization per built-in kind (`LINEARIZE`) that forward and reverse mode both read.
+
+Custom reducers that are sum/prod/max/min on one component are rewritten first:
 
 `te.comm_reducer(lambda x, y: x + y, ...)` is a sum, and the value component of
 an argmax reducer, `select(x1 >= y1, x1, y1)`, is a max: such reductions are
@@ -7,10 +10,16 @@ custom reducers are not differentiable (an error names them).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
+from .. import te
 from ..te import reduce as tr
-from ..te.expr import Call, Expr, Reduce, Var
+from ..te.expr import Call, Expr, IterVar, Reduce, Var, const
 from ..te.ops import Op
-from ..te.visit import free_vars
+from ..te.tensor import Tensor
+from ..te.visit import free_vars, substitute
+from .errors import NotDifferentiableError
 
 _BUILTIN = {"sum": tr.sum, "prod": tr.prod, "max": tr.max, "min": tr.min}
 _SYMMETRIC = {Op.ADD: "sum", Op.MUL: "prod", Op.MAX: "max", Op.MIN: "min"}
@@ -51,3 +60,126 @@ def as_builtin(body: Reduce) -> Reduce | None:
     builtin = _BUILTIN[kind].make([body.dtype])
     init = (body.init[k],) if body.init else ()
     return Reduce(builtin, (body.source[k],), body.axis, body.condition, 0, body.dtype, init)
+
+
+def builtin_or_raise(body: Reduce, where: str) -> Reduce:
+    """`as_builtin(body)`, or a NotDifferentiableError naming the custom reducer."""
+    b = as_builtin(body)
+    if b is None:
+        raise NotDifferentiableError(
+            f"{where}: custom reducer {body.combiner.name or 'reducer'!r} has a float output that is "
+            "not a sum/prod/max/min of its component; only those reductions are differentiable")
+    return b
+
+
+# -- one linearization per reduction kind, read by both AD modes --------------------------
+#
+# A built-in reduction `Y[i] = init(i) (+) reduce_{r : cond} src(i, r)` is linearized as
+#
+#     dY[i] = sum_{r : src_guards} src_scale(d src(i, r)) + [init_guards] init_scale(d init(i))
+#
+# Forward mode (`forward.py`) applies the scales to tangents; reverse mode (`adjoint.py`)
+# applies them to the head and transposes the sum into gathers/scatters.  A scale is a function,
+# not a coefficient, so `x / cnt` stays a division (one rounding) and a unit scale adds no `* 1`.
+
+Scale = Callable[[Expr], Expr]
+
+
+@dataclass(frozen=True)
+class Linearization:
+    src_scale: Scale
+    src_guards: tuple[Expr, ...]     # over the data and reduce axes
+    init_scale: Scale
+    init_guards: tuple[Expr, ...]    # over the data axes
+
+
+def _same(x: Expr) -> Expr:
+    return x
+
+
+def _sub(e: Expr, data: tuple[IterVar, ...], i: tuple[IterVar, ...]) -> Expr:
+    return substitute(e, dict(zip(data, i, strict=True)))
+
+
+def _sum(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Linearization:
+    """sum: d Y / d src(i, r) = 1 where the condition holds; d Y / d init = 1."""
+    return Linearization(_same, (body.condition,), _same, ())
+
+
+def tie_count(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Tensor:
+    """`cnt[i] = sum_r [src(i, r) == Y[i]]` (+ [init == Y[i]]): how many elements attain the extreme."""
+    src = body.source[0]
+    one, zero = const(1.0, Y.dtype), const(0.0, Y.dtype)
+
+    def count(*i: IterVar) -> Expr:
+        hit = te.if_then_else(_sub(src, data, i).eq(Y[i]), one, zero)
+        n = te.sum(hit, axis=list(body.axis), where=_sub(body.condition, data, i))
+        if body.init:
+            n = n + te.if_then_else(_sub(body.init[0], data, i).eq(Y[i]), one, zero)
+        return n
+
+    return te.compute(Y.shape, count, name=f"{Y.name}_ties")
+
+
+def _extreme(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Linearization:
+    """max/min: the derivative goes to the arg-extremes, init included; ties split it evenly
+    (PyTorch amax, JAX).
+
+        cnt[i] = sum_r [src(i, r) == Y[i]] + [init(i) == Y[i]]
+        d Y / d src(i, r) = [src(i, r) == Y[i]] / cnt[i]      d Y / d init(i) = [init(i) == Y[i]] / cnt[i]
+    """
+    cnt, yi = tie_count(body, Y, data)[data], Y[data]
+    share: Scale = lambda x: x / cnt  # noqa: E731
+    init_guards = (body.init[0].eq(yi),) if body.init else ()
+    return Linearization(share, (body.condition, body.source[0].eq(yi)), share, init_guards)
+
+
+def _prod(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Linearization:
+    """prod: `Y = init * prod_r src`, each factor's derivative without dividing by zero.  With
+    z = #zero factors and p = the product of the non-zero ones (init counted as a factor),
+
+        d Y / d f = [z == 0] p / f   where f != 0
+                  = [z == 1] p       where f == 0
+    """
+    src = body.source[0]
+    one, zero = const(1.0, Y.dtype), const(0.0, Y.dtype)
+    init = body.init[0] if body.init else None
+
+    def zeros(*i: IterVar) -> Expr:
+        s = _sub(src, data, i)
+        n = te.sum(te.if_then_else(s.eq(zero), one, zero), axis=list(body.axis),
+                   where=_sub(body.condition, data, i))
+        return n if init is None else n + te.if_then_else(_sub(init, data, i).eq(zero), one, zero)
+
+    def nonzero_prod(*i: IterVar) -> Expr:
+        s = _sub(src, data, i)
+        p = te.prod(te.if_then_else(s.eq(zero), one, s), axis=list(body.axis),
+                    where=_sub(body.condition, data, i))
+        if init is None:
+            return p
+        f = _sub(init, data, i)
+        return p * te.if_then_else(f.eq(zero), one, f)
+
+    z = te.compute(Y.shape, zeros, name=f"{Y.name}_zeros")[data]
+    p = te.compute(Y.shape, nonzero_prod, name=f"{Y.name}_nonzero_prod")[data]
+
+    def partial(f: Expr) -> Expr:
+        return te.if_then_else(f.eq(zero), te.if_then_else(z.eq(one), p, zero),
+                               te.if_then_else(z.eq(zero), p / f, zero))
+
+    def by(f: Expr) -> Scale:
+        return lambda x: x * partial(f)
+
+    return Linearization(by(src), (body.condition,), by(init) if init is not None else _same, ())
+
+
+# built-in reduction kind -> its linearization `(body, Y, data) -> Linearization`
+LINEARIZE: dict[str, Callable[[Reduce, Tensor, tuple[IterVar, ...]], Linearization]] = {
+    "sum": _sum, "max": _extreme, "min": _extreme, "prod": _prod,
+}
+
+
+def linearize(body: Reduce, Y: Tensor, data: tuple[IterVar, ...], where: str) -> tuple[Reduce, Linearization]:
+    """The built-in form of reduction `body` (stage output `Y` over `data`) and its linearization."""
+    b = builtin_or_raise(body, where)
+    return b, LINEARIZE[b.combiner.kind](b, Y, data)

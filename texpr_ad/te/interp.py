@@ -238,11 +238,14 @@ def _scatter(op: ScatterOp, values: dict[int, np.ndarray], vars_env: dict[Expr, 
     cx = _Ctx(values, dict(vars_env), rank)
     _axis_env(op.axis, 0, rank, cx)
     shape = tuple(int(np.asarray(_eval(s, cx, None))) for s in op.shape)
-    dom = tuple(int(np.asarray(_eval(a.extent, cx, None))) for a in op.axis)
+    dom = tuple(cx.env[a].shape[k] for k, a in enumerate(op.axis))  # bounding box of the domain
+    inside = np.ones(dom, bool)  # axes whose bounds depend on earlier ones are masked
+    for m in cx.axis_masks.values():
+        inside = inside & m
     out = np.zeros(shape, dtype=op.dtype)
     for u in op.updates:
         with np.errstate(all="ignore"):
-            cond = np.broadcast_to(np.asarray(_eval(u.condition, cx, None), bool), dom)
+            cond = inside & np.asarray(_eval(u.condition, cx, inside), bool)
             val = np.broadcast_to(np.asarray(_eval(u.value, cx, cond)), dom)
             idx = [np.broadcast_to(np.asarray(_eval(i, cx, cond)).astype(np.int64), dom)
                    for i in u.index]
@@ -250,7 +253,10 @@ def _scatter(op: ScatterOp, values: dict[int, np.ndarray], vars_env: dict[Expr, 
             bad = cond & ((i < 0) | (i >= n))
             if bad.any():
                 raise IndexError(f"scatter into {op.name!r}: index out of bounds in dim {d}")
-        np.add.at(out, tuple(i[cond] for i in idx), val[cond].astype(op.dtype))
+        if idx:
+            np.add.at(out, tuple(i[cond] for i in idx), val[cond].astype(op.dtype))
+        else:  # a zero-dim target
+            out += val[cond].astype(op.dtype).sum(dtype=op.dtype)
     return out
 
 
