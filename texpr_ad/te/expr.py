@@ -28,6 +28,7 @@ import itertools
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..errors import TexprError
 from . import dtype as dt
 from .ops import Op
 
@@ -70,6 +71,17 @@ class Expr:
 
     def __ne__(self, other: object) -> "EqualOp":  # type: ignore[override]
         return EqualOp(self, other, Op.NE)
+
+    # -- TVM compatibility: static shape entries read as ints (`int(X.shape[0])`) ------
+    def __int__(self) -> int:
+        raise NotConstantError(
+            f"`{self}` is not a constant, so it has no int value (a symbolic dim is known only "
+            "when the kernel runs); keep it as an expression, or use a static shape")
+
+    __index__ = __int__
+
+    def __float__(self) -> float:
+        raise NotConstantError(f"`{self}` is not a constant, so it has no float value")
 
     def __bool__(self) -> bool:
         raise TypeError(
@@ -137,7 +149,10 @@ class EqualOp:
         self.a, self.b, self.op = a, b, op
 
     def __bool__(self) -> bool:
-        same = isinstance(self.b, Expr) and self.a.same_as(self.b)
+        b = self.b
+        if isinstance(b, (int, float)) and isinstance(self.a, Const):  # X.shape[0] == 1, as in TVM
+            b = as_expr(b, self.a.dtype)
+        same = isinstance(b, Expr) and self.a.same_as(b)
         return same if self.op is Op.EQ else not same
 
     def asexpr(self) -> Expr:
@@ -159,10 +174,27 @@ class EqualOp:
     __repr__ = __str__
 
 
+class NotConstantError(TexprError, TypeError):
+    """`int()`/`float()` of an expression that is not a constant (e.g. a symbolic dim)."""
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Const(Expr):
+    """A constant; like TVM's IntImm/FloatImm it has `.value` and converts with int()/float()."""
+
     value: int | float | bool
     dtype: str
+
+    def __int__(self) -> int:
+        return int(self.value)
+
+    def __index__(self) -> int:
+        if not (dt.is_int(self.dtype) or self.dtype == "bool"):
+            raise NotConstantError(f"`{self}` is a {self.dtype} constant, not an integer")
+        return int(self.value)
+
+    def __float__(self) -> float:
+        return float(self.value)
 
     def __post_init__(self) -> None:
         v = self.value
