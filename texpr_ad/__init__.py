@@ -6,11 +6,12 @@
     bwd = ta.build([dA, dW], [A, W, dY])     # a compiled CPU kernel
 """
 from . import te
-from .api import CustomOp, build, custom_op
+from .api import CustomOp, CustomOpError, build, custom_op
+from .arrays import ArrayArgumentError
 from .deriv import GradientError, NotDifferentiableError, grad, jvp
 from .errors import TexprError
 from .te.work import work
 
 __version__ = "0.1.0"
-__all__ = ["CustomOp", "GradientError", "NotDifferentiableError", "TexprError", "build",
+__all__ = ["ArrayArgumentError", "CustomOp", "CustomOpError", "GradientError", "NotDifferentiableError", "TexprError", "build",
            "custom_op", "grad", "jvp", "te", "work"]

@@ -1,12 +1,15 @@
 """The convenience path: `custom_op` builds and caches forward and backward kernels per signature."""
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from . import te
+from .arrays import ArrayArgumentError, as_array, check_reads_fit, static_shape
 from .deriv import grad
+from .errors import TexprError
 from .te import dtype as dt
 from .te.tensor import Tensor
 
@@ -17,48 +20,110 @@ def build(outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str = "cp
     return _build(list(outputs), list(inputs), target=target, **kw)
 
 
+class CustomOpError(TexprError, TypeError):
+    """A custom_op called with the wrong number of arrays or cotangents, or a definition that
+    does not return te tensors."""
+
+
+def _param_names(fn: Callable[..., Any], n: int, op: str) -> list[str]:
+    """One placeholder name per array, from `fn`'s positional parameters (`*xs` gives xs0, xs1,
+    ...); raises CustomOpError when `n` arrays cannot be passed to `fn`."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # builtins, some callables: no signature to check
+        return [f"x{k}" for k in range(n)]
+    pos = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    star = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), None)
+    required = [p.name for p in pos if p.default is p.empty]
+    if n < len(required) or (star is None and n > len(pos)):
+        want = f"{len(required)}" + ("" if star is None and len(pos) == len(required) else
+                                     " or more" if star else f" to {len(pos)}")
+        raise CustomOpError(
+            f"{op} takes {want} arrays ({', '.join(p.name for p in pos) or '*' + str(star)}), "
+            f"got {n}; pass one array per parameter of its te function")
+    names = [p.name for p in pos[:n]]
+    return names + [f"{star}{k}" for k in range(n - len(names))]
+
+
 class CustomOp:
-    """An operator defined by a te function; call it on arrays, `.vjp(g, *arrays)` for gradients."""
+    """An operator defined by a te function; call it on arrays, `.vjp(g, *arrays)` for gradients.
+
+    The te function gets one placeholder per array (named after its parameters, shaped and
+    typed like the array) and returns a te tensor or a list of them.  Kernels are built once per
+    signature (shapes and dtypes).  Reads the definition makes outside an array's shape (`A[i, k]`
+    with `k` over 64 columns on an array with 10) are an ArrayArgumentError at the call.
+    """
 
     def __init__(self, fn: Callable[..., Any], name: str, target: str = "cpu"):
+        if not callable(fn):
+            raise CustomOpError(f"custom_op {name!r}: expected a te function, got {type(fn).__name__}")
         self.fn, self.name, self.target = fn, name, target
-        self._cache: dict[tuple, tuple] = {}
+        self._cache: dict[tuple, list] = {}
 
-    def _signature(self, arrays: Sequence[np.ndarray]) -> tuple:
-        return tuple((a.shape, str(a.dtype)) for a in arrays)
+    def _arrays(self, arrays: Sequence[Any]) -> list[np.ndarray]:
+        return [as_array(a, f"{self.name}: array {k}") for k, a in enumerate(arrays)]
 
-    def _instance(self, arrays: Sequence[np.ndarray]) -> tuple:
-        key = self._signature(arrays)
-        if key not in self._cache:
-            names = list(getattr(self.fn, "__code__", None).co_varnames[: len(arrays)]) \
-                if hasattr(self.fn, "__code__") else [f"x{k}" for k in range(len(arrays))]
-            ins = [te.placeholder(a.shape, dt.check(a.dtype), name=n) for a, n in zip(arrays, names, strict=True)]
-            out = self.fn(*ins)
-            outs = list(out) if isinstance(out, (list, tuple)) else [out]
-            self._cache[key] = (ins, outs, build(outs, ins, self.target), None)
+    def _instance(self, arrays: Sequence[np.ndarray]) -> list:
+        """[placeholders, outputs, forward kernel, backward (built on first vjp) or None]."""
+        key = tuple((a.shape, a.dtype.str) for a in arrays)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        names = _param_names(self.fn, len(arrays), self.name)
+        ins = []
+        for a, n in zip(arrays, names, strict=True):
+            try:
+                ins.append(te.placeholder(a.shape, dt.check(a.dtype), name=n))
+            except TypeError as e:
+                raise ArrayArgumentError(f"{self.name}: array {n!r} has dtype {a.dtype}: {e}; "
+                                         f"convert it with .astype(...)") from None
+        out = self.fn(*ins)
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        bad = [type(o).__name__ for o in outs if not isinstance(o, Tensor)]
+        if bad or not outs:
+            raise CustomOpError(f"{self.name}: its te function must return a te tensor or a list "
+                                f"of them, got {bad or 'an empty list'}")
+        check_reads_fit(outs, dict(zip(ins, arrays, strict=True)), self.name)
+        self._cache[key] = [ins, outs, build(outs, ins, self.target), None]
         return self._cache[key]
 
     def __call__(self, *arrays: Any) -> Any:
-        arrs = [np.asarray(a) for a in arrays]
+        arrs = self._arrays(arrays)
         ins, outs, fwd, _ = self._instance(arrs)
         res = fwd(*arrs)
         return res[0] if len(outs) == 1 else tuple(res)
 
     def vjp(self, g: Any, *arrays: Any) -> tuple[np.ndarray | None, ...]:
-        """Gradients of <g, op(*arrays)> w.r.t. each array (None for integer inputs)."""
-        arrs = [np.asarray(a) for a in arrays]
-        ins, outs, fwd, bwd = self._instance(arrs)
-        gs = list(g) if isinstance(g, (list, tuple)) else [g]
+        """Gradients of <g, op(*arrays)> w.r.t. each array (None for integer inputs); `g` is one
+        cotangent per output (a list for several outputs), each shaped like its output."""
+        arrs = self._arrays(arrays)
+        inst = self._instance(arrs)
+        ins, outs, _, bwd = inst
+        several = isinstance(g, (list, tuple)) and (len(outs) > 1 or all(isinstance(x, np.ndarray) for x in g))
+        gs = list(g) if several else [g]
+        if len(gs) != len(outs):
+            raise CustomOpError(f"{self.name}.vjp: got {len(gs)} cotangent(s) for {len(outs)} "
+                                f"output(s) ({', '.join(o.name for o in outs)}); pass one per output")
+        heads = []
+        for k, (x, o) in enumerate(zip(gs, outs, strict=True)):
+            h = as_array(x, f"{self.name}.vjp: cotangent {k} (for output {o.name!r})")
+            want = static_shape(o)
+            if h.shape != want:
+                raise ArrayArgumentError(f"{self.name}.vjp: cotangent {k} has shape {h.shape}; "
+                                         f"output {o.name!r} has shape {want}")
+            try:
+                heads.append(h.astype(o.dtype, casting="same_kind", copy=False))
+            except TypeError:
+                raise ArrayArgumentError(f"{self.name}.vjp: cotangent {k} has dtype {h.dtype}, "
+                                         f"output {o.name!r} is {o.dtype}; convert it with "
+                                         f".astype('{o.dtype}')") from None
         if bwd is None:
-            heads = [te.placeholder(o.shape, o.dtype, name=f"d{o.name}") for o in outs]
-            adj = grad(outs, ins, head=heads)
+            hs = [te.placeholder(o.shape, o.dtype, name=f"d{o.name}") for o in outs]
+            adj = grad(outs, ins, head=hs)
             live = [a for a in adj if a is not None]
-            bwd = (heads, adj, build(live, ins + heads, self.target)) if live else (heads, adj, None)
-            key = self._signature(arrs)
-            self._cache[key] = (ins, outs, fwd, bwd)
-        heads, adj, kern = bwd
-        res = iter(kern(*arrs, *[np.asarray(x, dtype=o.dtype) for x, o in zip(gs, outs, strict=True)])) \
-            if kern is not None else iter(())
+            bwd = inst[3] = (adj, build(live, ins + hs, self.target) if live else None)
+        adj, kern = bwd
+        res = iter(kern(*arrs, *heads)) if kern is not None else iter(())
         return tuple(None if a is None else next(res) for a in adj)
 
 

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..arrays import as_array
 from ..errors import TexprError
 from .._env import debug_level
 from ..schedule.plan import Plan
@@ -121,7 +122,7 @@ class Kernel:
             raise KernelArgumentError(
                 f"kernel expects {len(ins)} arrays ({', '.join(t.name for t in ins)}), "
                 f"got {len(arrays)}")
-        xs = [np.asarray(a) for a in arrays]
+        xs = [as_array(a, f"input {t.name!r}") for a, t in zip(arrays, ins)]
         env: dict[Var, int] = {}
         for t, a in zip(ins, xs, strict=True):
             if str(a.dtype) != t.dtype:
