@@ -20,6 +20,7 @@ zero derivatives, so cases whose prod inputs sit at a zero are not drawn (inputs
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import assume, given, note, settings
 from random_compute import Case, Chain, cases, chains
 from test_grad_properties import BASE, H, REL_TOL, ROUND_TOL, Derived, derive_case, derive_chain
@@ -38,13 +39,18 @@ def _tangents(d: Derived) -> tuple[list[Tensor], list[np.ndarray]]:
     return ts, [d.rng.standard_normal(a.shape) for a in d.arrays]
 
 
-def _richardson(f, arrays: list[np.ndarray], dirs: list[np.ndarray]) -> list[np.ndarray]:
-    """Central differences of the arrays `f(arrays)` along `dirs`, Richardson-extrapolated."""
+def _finite(ok: bool) -> None:
+    assert ok, "non-finite values near the point"
+
+
+def _richardson(f, arrays: list[np.ndarray], dirs: list[np.ndarray], require=assume) -> list[np.ndarray]:
+    """Central differences of the arrays `f(arrays)` along `dirs`, Richardson-extrapolated
+    (`require` rejects points where they overflow: `assume` in property tests)."""
 
     def diff(h: float) -> list[np.ndarray]:
         plus = f([a + h * t for a, t in zip(arrays, dirs, strict=True)])
         minus = f([a - h * t for a, t in zip(arrays, dirs, strict=True)])
-        assume(all(np.isfinite(p).all() and np.isfinite(m).all() for p, m in zip(plus, minus, strict=True)))
+        require(all(np.isfinite(p).all() and np.isfinite(m).all() for p, m in zip(plus, minus, strict=True)))
         return [(p - m) / (2 * h) for p, m in zip(plus, minus, strict=True)]
 
     d1, d2 = diff(H), diff(2 * H)
@@ -160,3 +166,67 @@ def test_jvp_and_grad_of_prod_with_init_count_the_init_factor():
     dQ = te.placeholder((3,), "float64", name="dQ")
     gA, gB = te.evaluate(ta.grad(Q, [A, B], head=dQ), {A: a, B: b, dQ: np.ones(3)})
     assert gA.tolist() == [[0, 0], [6, 18], [0, 2]] and gB.tolist() == [2, 12, 0]
+
+
+def _argmax_value(src: te.Expr, axis, init=None):
+    """The value component of an argmax tuple reducer (index 0 is the position)."""
+
+    def fcombine(x, y):
+        return te.select(x[1] >= y[1], x[0], y[0]), te.select(x[1] >= y[1], x[1], y[1])
+
+    am = te.comm_reducer(fcombine, lambda t0, t1: (te.const(-1, t0), te.min_value(t1)), name="argmax")
+    return am((axis, src), axis=axis, init=None if init is None else (te.const(-1, "int32"), init))[1]
+
+
+_csum = te.comm_reducer(lambda x, y: x + y, lambda t: te.const(0, t), name="csum")
+REDUCERS = {
+    "sum": te.sum, "max": te.max, "min": te.min, "prod": te.prod,
+    "argmax": _argmax_value, "comm_reducer sum": lambda s, axis, init=None: _csum(s, axis=axis, init=init),
+}
+
+
+@pytest.mark.parametrize("init", [False, True], ids=["no init", "init"])
+@pytest.mark.parametrize("kind", list(REDUCERS))
+def test_reducer_table_kind_x_init_x_mode(kind: str, init: bool) -> None:
+    """Every reducer kind, with and without init=, in both modes: jvp and grad against central
+    differences (sources and init in general position, so no ties and no zeros)."""
+    A = te.placeholder((3, 4), "float64", name="A")
+    B = te.placeholder((3,), "float64", name="B")
+    k = te.reduce_axis((0, 4), name="k")
+    red = REDUCERS[kind]
+    Y = te.compute((3,), lambda i: red(te.sin(A[i, k]) + 1.5, axis=k, init=B[i] if init else None),
+                   name="Y")
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((3, 4)), rng.standard_normal(3) + np.array([3.0, -3.0, 0.5])
+    dirs = [rng.standard_normal((3, 4)), rng.standard_normal(3)]
+
+    def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        return te.evaluate([Y], {A: arrays[0], B: arrays[1]})
+
+    (fd,) = _richardson(run, [a, b], dirs, require=_finite)
+    np.testing.assert_allclose(_jvp_at(Y, [A, B], [a, b], dirs), fd, rtol=1e-7, atol=1e-9)
+    dY = te.placeholder((3,), "float64", name="dY")
+    dy = rng.standard_normal(3)
+    gA, gB = te.evaluate(ta.grad(Y, [A, B], head=dY), {A: a, B: b, dY: dy})
+    assert abs(np.vdot(gA, dirs[0]) + np.vdot(gB, dirs[1]) - np.vdot(dy, fd)) <= 1e-7 * (np.abs(dy).sum() + 1)
+    if not init:
+        assert not gB.any()
+
+
+def test_compiled_jvp_of_reductions_with_init_matches_reference() -> None:
+    """The tangent kernels (data-dependent tie guards, prod zero counts) compile for the CPU."""
+    A = te.placeholder((3, 4), "float64", name="A")
+    B = te.placeholder((3,), "float64", name="B")
+    k, r = te.reduce_axis((0, 4), name="k"), te.reduce_axis((0, 4), name="r")
+    M = te.compute((3,), lambda i: te.max(A[i, k], axis=k, init=B[i]), name="M")
+    P = te.compute((3,), lambda i: te.prod(A[i, r], axis=r, init=B[i]), name="P")
+    tA, tB = te.placeholder((3, 4), "float64", name="tA"), te.placeholder((3,), "float64", name="tB")
+    tans = ta.jvp([M, P], [A, B], [tA, tB])
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((3, 4)), np.array([5.0, -5.0, 0.0])
+    a[2, 1] = 0.0  # a zero init and a zero source in one row
+    args = [a, b, rng.standard_normal((3, 4)), rng.standard_normal(3)]
+    want = te.evaluate(tans, dict(zip([A, B, tA, tB], args, strict=True)))
+    got = ta.build(tans, [A, B, tA, tB])(*args)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
