@@ -24,6 +24,7 @@ class Arg:
     dtype: str = F
     lo: float = -1.0
     hi: float = 1.0
+    values: tuple[float, ...] | None = None  # fixed values (flattened) instead of random ones
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,9 @@ def i(*shape: int, hi: int, lo: int = 0, dtype: str = "int64") -> Arg:
 def b(*shape: int) -> Arg:
     return Arg(tuple(shape), "bool", 0, 2)
 
+
+# regions of interest: (batch index, x1, y1, x2, y2), boundaries away from sample points
+_ROIS = Arg((2, 5), F, values=(0, 0.55, 0.7, 3.6, 4.2, 0, 1.2, 0.35, 4.9, 3.15))
 
 F32 = {"dtype": "float32", "tol": 2e-2}  # float32 forward: looser central differences
 
@@ -255,11 +259,10 @@ def _samples() -> dict[str, Sample]:
         "relax.image.resize3d": _s("image.resize3d", f(1, 1, 2, 3, 3), attrs={"size": (3, 4, 4)}, **F32),
         "relax.image.grid_sample": _s("image.grid_sample", f(1, 2, 4, 4), f(1, 3, 3, 2, lo=-0.9, hi=0.9)),
         "relax.image.affine_grid": _s("image.affine_grid", f(1, 2, 3), attrs={"size": (4, 5)}),
-        "relax.vision.roi_align": _s("vision.roi_align", f(1, 2, 6, 6),
-                                     Arg((2, 5), F, 0.5, 4.5), attrs={
+        "relax.vision.roi_align": _s("vision.roi_align", f(1, 2, 6, 6), _ROIS, attrs={
                                          "pooled_size": (2, 2), "spatial_scale": 1.0,
                                          "sample_ratio": 2}),
-        "relax.vision.roi_pool": _s("vision.roi_pool", f(1, 2, 6, 6), Arg((2, 5), F, 0.0, 0.0),
+        "relax.vision.roi_pool": _s("vision.roi_pool", f(1, 2, 6, 6), _ROIS,
                                     attrs={"pooled_size": (2, 2), "spatial_scale": 1.0}),
         "relax.vision.multibox_transform_loc": _s("vision.multibox_transform_loc", f(1, 3, 4),
                                                   f(1, 16), f(1, 4, 4, lo=0.1, hi=0.9)),

@@ -1,0 +1,184 @@
+"""Relax ops through the real gradient pass: `Gradient` + `tvm.compile(llvm)` + VM vs central differences.
+
+For a tensor op with a sample (`relax_samples.SAMPLES`), `check(op)` builds
+
+    main(*params, *heads, z) -> sum_k sum(astype(op(*params)[k], float64) * heads[k]) + sum(z)
+
+(`z` is a scalar so that every function has something to differentiate; integer and bool
+outputs enter through `astype`, so the pass must get through their gradient), runs
+`relax.transform.Gradient(require_grads=<float params TVM does not declare
+non-differentiable> + [z])` with whatever `FPrimalGradient`s are registered, compiles, and
+compares `<grad, t>` with central differences of `main` itself along a random direction `t`
+per parameter (scale-free: |<g, t> - fd| / (|g| |t|)).  The forward is TVM's own
+legalization, so no NumPy reference is needed.  float64 unless the sample says float32.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from .relax_ops import derived_gradient, no_grad_gradient, sample_params
+from .relax_samples import F, NO_GRAD_ARGS, SAMPLES, Sample
+
+SEED = 1234
+
+
+@dataclass
+class OpCheck:
+    """One op through the pass: status "ok" or "fail" (with `detail`); `error` is the worst
+    scale-free central-difference error; `grads` the gradients (kept for comparisons)."""
+
+    op: str
+    status: str
+    error: float | None = None
+    detail: str = ""
+    seconds: float = 0.0
+    wrt: list[str] = field(default_factory=list)
+    grads: list[np.ndarray] = field(default_factory=list, repr=False)
+
+
+def sample_arrays(sample: Sample, rng: np.random.Generator) -> list[np.ndarray]:
+    """Random inputs in each argument's range (integers in [lo, hi), fixed values where given)."""
+    out = []
+    for a in sample.args:
+        dtype = sample.dtype if a.dtype == F else a.dtype
+        if a.values is not None:
+            out.append(np.asarray(a.values, dtype).reshape(a.shape))
+        elif dtype == "bool":
+            out.append(rng.random(a.shape) < 0.5)
+        elif dtype.startswith(("int", "uint")):
+            out.append(rng.integers(int(a.lo), int(a.hi), a.shape).astype(dtype))
+        else:
+            out.append(rng.uniform(a.lo, a.hi, a.shape).astype(dtype))
+    return out
+
+
+def loss_module(op: str) -> tuple[Any, list[int]]:
+    """(module with `main`, indices of the parameters to differentiate) for `op`'s sample."""
+    from tvm import relax
+    s = SAMPLES[op]
+    params = sample_params(s)
+    bb = relax.BlockBuilder()
+    z = relax.Var("z", relax.TensorType((), "float64"))
+    call = bb.normalize(s.build(*params))
+    ty = call.ty
+    out_tys = list(ty.fields) if isinstance(ty, relax.TupleType) else [ty]
+    heads = [relax.Var(f"head{k}", relax.TensorType(t.shape, "float64"))
+             for k, t in enumerate(out_tys)]
+    with bb.function("main", [*params, *heads, z]):
+        with bb.dataflow():
+            y = bb.emit(s.build(*params))
+            loss = bb.emit(relax.op.sum(z))
+            for k, h in enumerate(heads):
+                yk = bb.emit(relax.TupleGetItem(y, k)) if len(out_tys) > 1 else y
+                yk = bb.emit(relax.op.astype(yk, "float64"))
+                loss = bb.emit(relax.op.add(loss, relax.op.sum(relax.op.multiply(yk, h))))
+            out = bb.emit_output(loss)
+        bb.emit_func_output(out)
+    skip = NO_GRAD_ARGS.get(op, frozenset())
+    wrt = [k for k, p in enumerate(params)
+           if str(p.ty.dtype).startswith("float") and k not in skip]
+    return bb.get(), wrt
+
+
+def check(op: str, seed: int = SEED, directions: int = 2) -> OpCheck:
+    """`op`'s sample through the pass with the registered gradients (see the module doc)."""
+    t0 = time.perf_counter()
+    try:
+        return _check(op, seed, directions, t0)
+    except Exception as e:  # noqa: BLE001 - reported per op
+        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+        first = next((ln for ln in lines if "Error" in ln or "error" in ln or "failed" in ln),
+                     lines[-1] if lines else "")
+        return OpCheck(op, "fail", None, f"{type(e).__name__}: {first.strip()}"[:300],
+                       time.perf_counter() - t0)
+
+
+def _check(op: str, seed: int, directions: int, t0: float) -> OpCheck:
+    import tvm
+    from tvm import relax
+    from .api import prepare_for_build
+    s = SAMPLES[op]
+    rng = np.random.default_rng(seed)
+    mod, wrt = loss_module(op)
+    params = list(mod["main"].params)
+    n_heads = len(params) - len(s.args) - 1
+    arrays = sample_arrays(s, rng)
+    heads = [rng.standard_normal([int(d) for d in p.ty.shape.values])
+             for p in params[len(s.args):len(s.args) + n_heads]]
+    args = [*arrays, *heads, np.asarray(0.5)]
+    wrt_all = [*wrt, len(params) - 1]
+    mod = relax.transform.Gradient("main", require_grads=[params[k] for k in wrt_all])(mod)
+    ex = tvm.compile(prepare_for_build(mod), target="llvm")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+
+    def loss(xs: Sequence[np.ndarray]) -> float:
+        return float(vm["main"](*[tvm.runtime.tensor(np.asarray(x)) for x in xs]).numpy())
+
+    _, grads_t = vm["main_adjoint"](*[tvm.runtime.tensor(np.asarray(x)) for x in args])
+    grads = [g.numpy() for g in grads_t][:len(wrt)]
+    eps = 1e-6 if s.dtype == "float64" else 1e-2
+    worst = 0.0
+    for k, g in zip(wrt, grads, strict=True):
+        if g.shape != args[k].shape:
+            raise ValueError(f"gradient of argument {k} has shape {g.shape}, "
+                             f"the argument {args[k].shape}")
+        for _ in range(directions):
+            t = rng.standard_normal(g.shape)
+            plus, minus = list(args), list(args)
+            plus[k] = (args[k] + eps * t).astype(args[k].dtype)
+            minus[k] = (args[k] - eps * t).astype(args[k].dtype)
+            fd = (loss(plus) - loss(minus)) / (2 * eps)
+            scale = float(np.linalg.norm(g) * np.linalg.norm(t))
+            err = abs(float(np.vdot(g, t)) - fd) / scale if scale else \
+                abs(fd) / (abs(loss(args)) + 1.0)
+            worst = max(worst, err)
+    seconds = time.perf_counter() - t0
+    names = [str(params[k].name) for k in wrt]
+    if not worst <= s.tol:
+        return OpCheck(op, "fail", worst, f"central differences: rel err {worst:.2e} > {s.tol:g}",
+                       seconds, names, grads)
+    return OpCheck(op, "ok", worst, "", seconds, names, grads)
+
+
+@contextlib.contextmanager
+def gradient_installed(op: str, fn: Any) -> Iterator[None]:
+    """Temporarily make `fn` the `FPrimalGradient` of `op` (restores what was there)."""
+    import tvm
+    o = tvm.ir.Op.get(op)
+    saved = o.get_attr("FPrimalGradient")
+    o.reset_attr("FPrimalGradient")
+    tvm.ir.register_op_attr(op, "FPrimalGradient", fn, level=10)
+    try:
+        yield
+    finally:
+        o.reset_attr("FPrimalGradient")
+        if saved is not None:
+            tvm.ir.register_op_attr(op, "FPrimalGradient", saved, level=10)
+
+
+def compare_with_stock(op: str, seed: int = SEED) -> tuple[OpCheck, OpCheck, float]:
+    """(stock check, derived check, max relative difference of their gradients) for an op
+    with a hand-written gradient; the derived one is installed only for the comparison."""
+    stock = check(op, seed)
+    fn = no_grad_gradient if _integer_output(op) else derived_gradient
+    with gradient_installed(op, fn):
+        mine = check(op, seed)
+    diff = float("nan")
+    if stock.grads and mine.grads and len(stock.grads) == len(mine.grads):
+        diff = max((float(np.abs(a - b).max() / max(float(np.abs(a).max()), 1e-300))
+                    if a.size else 0.0) for a, b in zip(stock.grads, mine.grads, strict=True))
+    return stock, mine, diff
+
+
+def _integer_output(op: str) -> bool:
+    from .relax_ops import classify
+    return classify(op).reason == "integer/bool output"
+
+
+__all__ = ["OpCheck", "SEED", "check", "compare_with_stock", "gradient_installed",
+           "loss_module", "sample_arrays"]

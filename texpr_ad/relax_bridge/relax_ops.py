@@ -1,0 +1,257 @@
+"""Gradients for Relax's own ops, derived from their te legalizations (TVM 0.27).
+
+    from texpr_ad.relax_bridge import register_missing_gradients
+    summary = register_missing_gradients()              # every tensor op lacking FPrimalGradient
+    summary = register_missing_gradients(override=True)  # ... and replace the hand-written ones
+    print(summary)
+
+Each derived `FPrimalGradient` works per call: `fgrad(orig_var, orig_call, output_grad, ctx)`
+legalizes `orig_call` itself (its own shapes and attributes), translates the te with
+`from_tvm`, derives the adjoints with `texpr_ad.deriv`, and emits them with
+`grad.emit_gradient` (one `call_tir` for all arguments; adjoints that read the forward's
+output get `orig_var`).  Integer/bool-output ops and `relax.grad.no_grad` get a no-grad
+gradient (`no_grad` of every argument), so the pass no longer aborts on them.  TVM's
+conventions for float arguments (`relax_samples.NO_GRAD_ARGS`, `PARTIALS`) are kept.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from ..te import dtype as dt
+from .grad import BridgeError, derive, emit_gradient
+from .relax_capture import NotDerivable, capture
+from .relax_samples import INFRASTRUCTURE, INFRASTRUCTURE_PREFIXES, NO_GRAD_ARGS, NO_SAMPLE, \
+    PARTIALS, SAMPLES, Sample
+
+LEVEL_MISSING = 10   # TVM registers its hand-written gradients at level 10, once per op
+LEVEL_OVERRIDE = 20  # a higher level replaces an existing attribute
+NO_GRAD_OPS = frozenset({"relax.grad.no_grad", "relax.grad.start_checkpoint",
+                         "relax.grad.end_checkpoint"})
+
+
+_REGISTERED: dict[str, Any] = {}  # op -> the gradient function this module registered
+
+
+# -- inventory ------------------------------------------------------------------------------
+
+def relax_op_names() -> list[str]:
+    """Every registered `relax.*` op (TVM's global `ir.ListOpNames`)."""
+    import tvm
+    return sorted(str(n) for n in tvm.get_global_func("ir.ListOpNames")()
+                  if str(n).startswith("relax."))
+
+
+def tensor_ops() -> list[str]:
+    """The Relax tensor ops: every `relax.*` op but calls, memory, VM, closures, ..."""
+    return [n for n in relax_op_names()
+            if n not in INFRASTRUCTURE and not n.startswith(INFRASTRUCTURE_PREFIXES)]
+
+
+def has_gradient(op: str) -> bool:
+    """Whether `op` has a gradient TVM wrote (not one `register_missing_gradients` added)."""
+    import tvm
+    return tvm.ir.Op.get(op).get_attr("FPrimalGradient") is not None and op not in _REGISTERED
+
+
+def sample_params(sample: Sample) -> list[Any]:
+    """Relax parameters for a sample call (float args in the sample's float dtype)."""
+    from tvm import relax
+    from .relax_samples import F
+    return [relax.Var(f"a{k}", relax.TensorType(a.shape, sample.dtype if a.dtype == F else a.dtype))
+            for k, a in enumerate(sample.args)]
+
+
+def sample_call(op: str) -> tuple[list[Any], Any]:
+    """(parameters, normalized call) of `op`'s sample."""
+    from tvm import relax
+    s = SAMPLES[op]
+    params = sample_params(s)
+    return params, relax.BlockBuilder().normalize(s.build(*params))
+
+
+@dataclass(frozen=True)
+class OpClass:
+    """How a Relax tensor op stands: kind is "stock", "derivable", "no-grad" or "not-derivable"."""
+
+    op: str
+    kind: str
+    stock: bool
+    reason: str = ""
+
+
+def classify(op: str) -> OpClass:
+    """Classify `op` by legalizing its sample call (captured as te, outputs' dtypes)."""
+    stock = has_gradient(op)
+    if op in NO_GRAD_OPS:
+        return OpClass(op, "stock" if stock else "no-grad", stock, "gradient marker")
+    if op not in SAMPLES:
+        return OpClass(op, "stock" if stock else "not-derivable", stock,
+                       NO_SAMPLE.get(op, "no sample call"))
+    try:
+        _, call = sample_call(op)
+        cap = capture(call)
+    except NotDerivable as e:
+        return OpClass(op, "stock" if stock else "not-derivable", stock, e.reason)
+    if not any(dt.is_float(str(o.dtype)) for o in cap.outputs):
+        return OpClass(op, "stock" if stock else "no-grad", stock, "integer/bool output")
+    return OpClass(op, "stock" if stock else "derivable", stock, "pure te")
+
+
+# -- the gradient functions -----------------------------------------------------------------
+
+def no_grad_gradient(orig_var: Any, orig_call: Any, output_grad: Any, ctx: Any) -> list[Any]:
+    """FPrimalGradient of an op with no gradient: `no_grad` of every argument."""
+    from tvm.relax.op.grad import no_grad
+    return [no_grad(a) for a in orig_call.args]
+
+
+def derived_gradient(orig_var: Any, orig_call: Any, output_grad: Any, ctx: Any) -> list[Any]:
+    """FPrimalGradient derived from the te `orig_call` legalizes to (see the module doc)."""
+    from tvm import relax
+    from tvm.relax.op.grad import no_grad
+    from .from_tvm import from_tvm
+    from .to_tvm import TranslationError
+    op = str(orig_call.op.name)
+    cap = capture(orig_call)
+    args = list(orig_call.args)
+    values = [ctx.emit(v) if isinstance(v, relax.TupleGetItem) else v for v in cap.values]
+    position = [_arg_position(v, args) for v in cap.values]
+    skip = NO_GRAD_ARGS.get(op, frozenset())
+    no_grad_inputs = [k for k, p in enumerate(position) if p is None or p[0] in skip]
+    try:
+        res = from_tvm(cap.outputs, placeholders=cap.inputs)
+    except TranslationError as e:
+        raise BridgeError(f"{op}: translating its te legalization failed: {e}") from e
+    phs = list(res.inputs)
+    outs = list(res.outputs)
+    var_map = _shape_vars(values, res.vars)
+    outs, heads, grads = derive(lambda *_: outs if cap.multi else outs[0], op, phs, {},
+                                no_grad_inputs)
+    gv = emit_gradient(ctx, op, values, phs, var_map, outs, heads, grads, orig_var, output_grad)
+    many = isinstance(gv.ty, relax.TupleType)  # emit_te gives a plain tensor for one input
+
+    def adjoint(j: int) -> Any:
+        return ctx.emit(relax.TupleGetItem(gv, j)) if many else gv
+
+    partials: list[Any] = []
+    for k, a in enumerate(args[:PARTIALS.get(op, len(args))]):
+        mine = [j for j, p in enumerate(position) if p is not None and p[0] == k
+                and grads[j] is not None]
+        if not mine:
+            partials.append(no_grad(a))
+        elif isinstance(a.ty, relax.TupleType):
+            partials.append(_tuple_partial(ctx, adjoint, a, mine, position))
+        else:
+            terms = [adjoint(j) for j in mine]
+            total = terms[0]
+            for t in terms[1:]:
+                total = ctx.emit(relax.op.add(total, t))
+            partials.append(total)
+    return partials
+
+
+def _arg_position(v: Any, args: Sequence[Any]) -> tuple[int, int | None] | None:
+    """(argument index, tuple field or None) of a te input's Relax value, None for a constant."""
+    from tvm import relax
+    for k, a in enumerate(args):
+        if v.same_as(a):
+            return (k, None)
+        if isinstance(v, relax.TupleGetItem) and v.tuple_value.same_as(a):
+            return (k, int(v.index))
+        if isinstance(a, relax.Tuple):
+            for f, x in enumerate(a.fields):
+                if v.same_as(x):
+                    return (k, f)
+    return None
+
+
+def _tuple_partial(ctx: Any, adjoint: Callable[[int], Any], a: Any, mine: list[int],
+                   position: list[tuple[int, int | None] | None]) -> Any:
+    """The partial of a tuple argument: one adjoint per field (zeros where it has none)."""
+    from tvm import relax
+    fields = []
+    for f, fty in enumerate(a.ty.fields):
+        js = [j for j in mine if position[j] == (position[j][0], f)]  # type: ignore[index]
+        fields.append(adjoint(js[0]) if js else
+                      ctx.emit(relax.op.zeros(fty.shape, fty.dtype)))
+    return relax.Tuple(fields)
+
+
+def _shape_vars(values: Sequence[Any], names: dict[str, Any]) -> dict[Any, Any]:
+    """texpr_ad symbolic dims -> the caller's tirx.Vars of the same name."""
+    import tvm
+    found: dict[str, Any] = {}
+    for v in values:
+        shape = getattr(getattr(v, "ty", None), "shape", None)
+        for s in getattr(shape, "values", []) or []:
+            if isinstance(s, tvm.tirx.Var):
+                found.setdefault(str(s.name), s)
+    return {var: found[name] for name, var in names.items() if name in found}
+
+
+# -- registration ---------------------------------------------------------------------------
+
+@dataclass
+class Summary:
+    """What `register_missing_gradients` did."""
+
+    registered: list[str] = field(default_factory=list)  # derived FPrimalGradient
+    no_grad: list[str] = field(default_factory=list)     # no-grad FPrimalGradient
+    skipped: dict[str, str] = field(default_factory=dict)  # op -> why not
+    kept: list[str] = field(default_factory=list)        # hand-written gradient left in place
+
+    def __str__(self) -> str:
+        lines = [f"registered {len(self.registered)} derived gradients, {len(self.no_grad)} "
+                 f"no-grad; kept {len(self.kept)} hand-written; skipped {len(self.skipped)}:"]
+        lines += [f"  {op}: {why}" for op, why in sorted(self.skipped.items())]
+        return "\n".join(lines)
+
+
+def register_missing_gradients(ops: Iterable[str] | None = None,
+                               override: bool = False) -> Summary:
+    """Register an `FPrimalGradient` for every Relax tensor op that has none (or only `ops`).
+
+    Ops whose legalization is pure te get a derived gradient; integer/bool-output ops and
+    `relax.grad.no_grad` get a no-grad one; the others (extern, packed functions, no
+    legalization) are left alone and listed with the reason.  `override=True` also replaces
+    the hand-written gradients (at a higher level).  Calling it again is harmless.
+    """
+    import tvm
+    names = tensor_ops() if ops is None else list(ops)
+    known = set(relax_op_names())
+    summary = Summary()
+    for op in names:
+        if op not in known:
+            raise BridgeError(f"register_missing_gradients: {op!r} is not a registered Relax op; "
+                              "names look like 'relax.nn.gelu'")
+        c = classify(op)
+        kind = c.kind
+        if kind == "stock":
+            if not override:
+                summary.kept.append(op)
+                continue
+            kind = _kind_without_stock(c)
+        fn = {"derivable": derived_gradient, "no-grad": no_grad_gradient}.get(kind)
+        if fn is None:
+            summary.skipped[op] = c.reason
+            continue
+        level = LEVEL_OVERRIDE if c.stock else LEVEL_MISSING
+        if _REGISTERED.get(op) is not fn:
+            tvm.ir.register_op_attr(op, "FPrimalGradient", fn, level=level)
+            _REGISTERED[op] = fn
+        (summary.registered if fn is derived_gradient else summary.no_grad).append(op)
+    return summary
+
+
+def _kind_without_stock(c: OpClass) -> str:
+    if c.reason == "pure te":
+        return "derivable"
+    if c.reason in ("integer/bool output", "gradient marker"):
+        return "no-grad"
+    return "not-derivable"
+
+
+__all__ = ["OpClass", "Summary", "classify", "derived_gradient", "has_gradient",
+           "no_grad_gradient", "register_missing_gradients", "relax_op_names", "sample_call",
+           "sample_params", "tensor_ops"]
