@@ -49,7 +49,7 @@ def _sample_args(op: Op, dtype: str) -> list[tuple]:
         return [(True,), (False,)]
     if op is Op.SELECT:
         return [(True, 2.5, -1.5), (False, 2.5, -1.5)]
-    if op in (Op.SHL, Op.SHR):
+    if op in (Op.SHL, Op.SHR, Op.BITWISE_AND, Op.BITWISE_OR, Op.BITWISE_XOR, Op.BITWISE_NOT):
         return [(13, 2), (-13, 1)]
     if dtype.startswith("int"):
         return [(-7, 2), (7, -2), (-7, -3), (9, 4)] if op is not Op.POW else [(3, 2), (-2, 3)]
@@ -69,7 +69,7 @@ def test_render_rule_semantics_in_python(op):
     int_ops = {Op.FLOORDIV, Op.FLOORMOD, Op.DIV, Op.SHL, Op.SHR, Op.POW, Op.ABS, Op.SIGN}
     for dtype in (["float64"] + (["int64"] if op in int_ops else [])):
         for vals in _sample_args(op, dtype):
-            if op in (Op.SHL, Op.SHR):
+            if op in (Op.SHL, Op.SHR, Op.BITWISE_AND, Op.BITWISE_OR, Op.BITWISE_XOR, Op.BITWISE_NOT):
                 dtype = "int64"
             args = [const(v, "bool" if isinstance(v, bool) else dtype) for v in vals]
             n = {Op.SELECT: 3}.get(op, 1 if op in (Op.NOT,) or op.name in _UNARY else 2)

@@ -53,6 +53,13 @@ def _cast_partials(n: Call) -> Partials:
     return (_c(1.0, n),) if n.dtype.startswith("float") and src.dtype.startswith("float") else (None,)
 
 
+def _atan2_partials(n: Call) -> Partials:
+    """d atan2(y, x) = (x, -y) / (x^2 + y^2)."""
+    y, x = n.args
+    r2 = x * x + y * y
+    return (x / r2, -y / r2)
+
+
 _ZERO1: Callable[[Call], Partials] = lambda n: (None,)  # noqa: E731
 _ZERO2: Callable[[Call], Partials] = lambda n: (None, None)  # noqa: E731
 
@@ -78,6 +85,16 @@ PARTIALS: dict[Op, Callable[[Call], Partials]] = {
     Op.COS: lambda n: (-ti.sin(n.args[0]),),                       # d cos a = -sin a
     Op.ATAN: lambda n: (_c(1.0, n) / (_c(1.0, n) + n.args[0] * n.args[0]),),  # 1/(1+a^2)
     Op.ABS: lambda n: (ti.sign(n.args[0]),),                       # d |a| = sign a (0 at 0, PyTorch)
+    Op.TAN: lambda n: (_c(1.0, n) + n * n,),                       # d tan a = 1 + tan^2 a
+    Op.SINH: lambda n: (ti.cosh(n.args[0]),),                      # d sinh a = cosh a
+    Op.COSH: lambda n: (ti.sinh(n.args[0]),),                      # d cosh a = sinh a
+    Op.ASIN: lambda n: (ti.rsqrt(_c(1.0, n) - n.args[0] * n.args[0]),),   # 1/sqrt(1-a^2)
+    Op.ACOS: lambda n: (-ti.rsqrt(_c(1.0, n) - n.args[0] * n.args[0]),),  # -1/sqrt(1-a^2)
+    Op.ASINH: lambda n: (ti.rsqrt(n.args[0] * n.args[0] + _c(1.0, n)),),  # 1/sqrt(a^2+1)
+    Op.ACOSH: lambda n: (ti.rsqrt((n.args[0] - _c(1.0, n))               # 1/sqrt((a-1)(a+1))
+                                  * (n.args[0] + _c(1.0, n))),),
+    Op.ATANH: lambda n: (_c(1.0, n) / (_c(1.0, n) - n.args[0] * n.args[0]),),  # 1/(1-a^2)
+    Op.ATAN2: _atan2_partials,
     Op.CAST: _cast_partials,
     Op.STOP_GRADIENT: lambda n: (None,),                           # a constant to differentiation
     # integer-valued (piecewise-constant) functions: exact zero almost everywhere
@@ -85,6 +102,8 @@ PARTIALS: dict[Op, Callable[[Call], Partials]] = {
     Op.FLOORDIV: _ZERO2, Op.FLOORMOD: _ZERO2,
     Op.LT: _ZERO2, Op.LE: _ZERO2, Op.GT: _ZERO2, Op.GE: _ZERO2, Op.EQ: _ZERO2, Op.NE: _ZERO2,
     Op.AND: _ZERO2, Op.OR: _ZERO2, Op.NOT: _ZERO1, Op.SHL: _ZERO2, Op.SHR: _ZERO2,
+    Op.ISNAN: _ZERO1, Op.BITWISE_AND: _ZERO2, Op.BITWISE_OR: _ZERO2, Op.BITWISE_XOR: _ZERO2,
+    Op.BITWISE_NOT: _ZERO1,
 }
 
 # FLOORMOD on floats is a - b*floor(a/b): d/da = 1 where it is smooth

@@ -95,6 +95,10 @@ CUDA_RULES: dict[Op, Rule] = {
     Op.SIN: _math("sin"), Op.COS: _math("cos"), Op.ATAN: _math("atan"),
     Op.FLOOR: _integral("floor"), Op.CEIL: _integral("ceil"), Op.TRUNC: _integral("trunc"),
     Op.ROUND: _rint, Op.SIGN: _sign, Op.STOP_GRADIENT: lambda e, a: a[0],
+    Op.TAN: _math("tan"), Op.SINH: _math("sinh"), Op.COSH: _math("cosh"), Op.ASIN: _math("asin"),
+    Op.ACOS: _math("acos"), Op.ASINH: _math("asinh"), Op.ACOSH: _math("acosh"),
+    Op.ATANH: _math("atanh"), Op.ATAN2: lambda e, a: f"math.atan2({a[0]}, {a[1]})",
+    Op.ISNAN: _math("isnan"),
 }
 
 # -- the renderer -------------------------------------------------------------------------------

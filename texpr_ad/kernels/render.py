@@ -84,6 +84,12 @@ EXPR_RULES: dict[Op, Rule] = {
     Op.ROUND: _fn("np.rint"),  # half to even, as np.round
     Op.SIGN: _fn("np.sign"),
     Op.STOP_GRADIENT: lambda e, a: a[0],
+    Op.TAN: _fn("np.tan"), Op.SINH: _fn("np.sinh"), Op.COSH: _fn("np.cosh"),
+    Op.ASIN: _fn("np.arcsin"), Op.ACOS: _fn("np.arccos"), Op.ASINH: _fn("np.arcsinh"),
+    Op.ACOSH: _fn("np.arccosh"), Op.ATANH: _fn("np.arctanh"), Op.ATAN2: _fn("np.arctan2"),
+    Op.ISNAN: _fn("np.isnan"),
+    Op.BITWISE_AND: _infix("&"), Op.BITWISE_OR: _infix("|"), Op.BITWISE_XOR: _infix("^"),
+    Op.BITWISE_NOT: lambda e, a: f"(~{a[0]})",
 }
 
 

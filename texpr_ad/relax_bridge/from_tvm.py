@@ -49,6 +49,7 @@ _BINARY: dict[str, Callable[[Expr, Expr], Expr]] = {
     "EQ": lambda a, b: a.eq(b), "NE": lambda a, b: a.ne(b),
     "And": operator.and_, "Or": operator.or_,
     "LShift": te.left_shift, "RShift": te.right_shift,
+    "BitwiseAnd": te.bitwise_and, "BitwiseOr": te.bitwise_or, "BitwiseXor": te.bitwise_xor,
 }
 
 # TVM intrinsic op name -> texpr_ad function of the translated arguments
@@ -60,6 +61,11 @@ _INTRINSICS: dict[str, Callable[..., Expr]] = {
     "tirx.round": te.round, "tirx.nearbyint": te.round, "tirx.pow": te.power,
     "tirx.shift_left": te.left_shift, "tirx.shift_right": te.right_shift,
     "prim.if_then_else": te.if_then_else, "tirx.if_then_else": te.if_then_else,
+    "tirx.tan": te.tan, "tirx.sinh": te.sinh, "tirx.cosh": te.cosh, "tirx.asin": te.asin,
+    "tirx.acos": te.acos, "tirx.asinh": te.asinh, "tirx.acosh": te.acosh, "tirx.atanh": te.atanh,
+    "tirx.atan2": te.atan2, "tirx.isnan": te.isnan,
+    "tirx.bitwise_and": te.bitwise_and, "tirx.bitwise_or": te.bitwise_or,
+    "tirx.bitwise_xor": te.bitwise_xor, "tirx.bitwise_not": te.bitwise_not,
 }
 
 
@@ -264,7 +270,9 @@ class _Translator:
             a, b = self.expr(e.a, env, where), self.expr(e.b, env, where)
             return _fit(_BINARY[kind](a, b), _dtype(e))
         if kind == "Not":
-            return ~self.expr(e.a, env, where)
+            return te.logical_not(self.expr(e.a, env, where))
+        if kind == "BitwiseNot":
+            return te.bitwise_not(self.expr(e.a, env, where))
         if kind == "Cast":
             return self.expr(e.value, env, where).astype(_dtype(e))
         if kind == "Select":

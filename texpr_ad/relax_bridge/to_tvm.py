@@ -101,7 +101,9 @@ def _binary_table() -> dict[Op, Callable[[Any, Any], Any]]:
         Op.POW: _pow, Op.LT: operator.lt, Op.LE: operator.le, Op.GT: operator.gt,
         Op.GE: operator.ge, Op.EQ: lambda a, b: a.equal(b),
         Op.NE: lambda a, b: (a != b).asobject(), Op.AND: tirx.And, Op.OR: tirx.Or,
-        Op.SHL: tirx.shift_left, Op.SHR: tirx.shift_right,
+        Op.SHL: tirx.shift_left, Op.SHR: tirx.shift_right, Op.ATAN2: tirx.atan2,
+        Op.BITWISE_AND: tirx.bitwise_and, Op.BITWISE_OR: tirx.bitwise_or,
+        Op.BITWISE_XOR: tirx.bitwise_xor,
     }
 
 
@@ -112,8 +114,10 @@ def _unary_table() -> dict[Op, Callable[[Any], Any]]:
         Op.LOG1P: tirx.log1p, Op.SQRT: tirx.sqrt, Op.RSQRT: tirx.rsqrt, Op.TANH: tirx.tanh,
         Op.SIGMOID: tirx.sigmoid, Op.ERF: tirx.erf, Op.SIN: tirx.sin, Op.COS: tirx.cos,
         Op.ATAN: tirx.atan, Op.ABS: tirx.abs, Op.FLOOR: tirx.floor, Op.CEIL: tirx.ceil,
-        Op.TRUNC: tirx.trunc, Op.ROUND: tirx.round, Op.SIGN: _sign,
-        Op.STOP_GRADIENT: lambda x: x,
+        Op.TRUNC: tirx.trunc, Op.ROUND: tirx.nearbyint, Op.SIGN: _sign,  # nearbyint: half to even
+        Op.STOP_GRADIENT: lambda x: x, Op.TAN: tirx.tan, Op.SINH: tirx.sinh, Op.COSH: tirx.cosh,
+        Op.ASIN: tirx.asin, Op.ACOS: tirx.acos, Op.ASINH: tirx.asinh, Op.ACOSH: tirx.acosh,
+        Op.ATANH: tirx.atanh, Op.ISNAN: tirx.isnan, Op.BITWISE_NOT: tirx.bitwise_not,
     }
 
 

@@ -11,7 +11,8 @@ Semantics (every later stage relies on these choices):
   `select`/`if_then_else` is evaluated only where its guard holds (both
   branches are lazy), which is how padding is written.  `a & b` and `a | b`
   on conditions short-circuit: `b` is evaluated only where `a` does not
-  decide, so `in_range & (X[i] > 0)` is a valid guard.
+  decide, so `in_range & (X[i] > 0)` is a valid guard.  On integers `&`, `|`, `^`, `~`
+  are bitwise (TVM's bitwise_and/or/xor/not), never short-circuit.
 * Reduction identities: sum 0, prod 1, max -inf (lowest value for ints),
   min +inf (highest value for ints); custom reducers carry their own.
 * The simplifier never reassociates floating-point arithmetic except for
@@ -116,7 +117,9 @@ class Expr:
     def __rand__(self, o: Any) -> Expr: return binary(Op.AND, o, self)
     def __or__(self, o: Any) -> Expr: return binary(Op.OR, self, o)
     def __ror__(self, o: Any) -> Expr: return binary(Op.OR, o, self)
-    def __invert__(self) -> Expr: return call(Op.NOT, self)
+    def __xor__(self, o: Any) -> Expr: return binary(Op.BITWISE_XOR, self, o)
+    def __rxor__(self, o: Any) -> Expr: return binary(Op.BITWISE_XOR, o, self)
+    def __invert__(self) -> Expr: return call(Op.BITWISE_NOT if dt.is_int(self.dtype) else Op.NOT, self)
 
     def eq(self, o: Any) -> Expr:
         return binary(Op.EQ, self, o)
@@ -322,6 +325,7 @@ def as_expr(x: object, like: str | None = None) -> Expr:
     raise TypeError(f"cannot use {x!r} of type {type(x).__name__} in a te expression")
 
 
+_BITWISE_OF = {Op.AND: Op.BITWISE_AND, Op.OR: Op.BITWISE_OR}
 _BOOL_RESULT = {Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.AND, Op.OR}
 
 
@@ -333,6 +337,10 @@ def binary(op: Op, a: object, b: object) -> Expr:
     else:
         a = as_expr(a)
         b = as_expr(b, a.dtype)
+    if op in _BITWISE_OF and dt.is_int(a.dtype) and dt.is_int(b.dtype):
+        op = _BITWISE_OF[op]  # & and | on integers are bitwise, as in Python and TVM
+    if op is Op.BITWISE_XOR and a.dtype == "bool" and b.dtype == "bool":
+        return Call(Op.NE, (a, b), "bool")  # x ^ y on conditions
     if op in (Op.AND, Op.OR):
         for x in (a, b):
             if x.dtype != "bool":
@@ -342,8 +350,8 @@ def binary(op: Op, a: object, b: object) -> Expr:
     folded = _fold_ints(op, a, b, d)
     if folded is not None:
         return folded
-    if op in (Op.SHL, Op.SHR) and not dt.is_int(d):
-        raise TypeError(f"bit shift needs integer operands, got {a.dtype} and {b.dtype}")
+    if op in (Op.SHL, Op.SHR, Op.BITWISE_XOR, *_BITWISE_OF.values()) and not dt.is_int(d):
+        raise TypeError(f"`{op.name.lower()}` needs integer operands, got {a.dtype} and {b.dtype}")
     a, b = a.astype(d), b.astype(d)
     return Call(op, (a, b), "bool" if op in _BOOL_RESULT else d)
 

@@ -55,6 +55,10 @@ NUMPY_IMPL: dict[Op, Callable[..., Any]] = {
     Op.SIGMOID: lambda x: 1 / (1 + np.exp(-x)), Op.ERF: _erf_t, Op.SIN: np.sin, Op.COS: np.cos,
     Op.ATAN: np.arctan, Op.ABS: np.abs, Op.FLOOR: np.floor, Op.CEIL: np.ceil, Op.TRUNC: np.trunc,
     Op.ROUND: np.round, Op.SIGN: np.sign, Op.STOP_GRADIENT: lambda x: x,
+    Op.TAN: np.tan, Op.SINH: np.sinh, Op.COSH: np.cosh, Op.ASIN: np.arcsin, Op.ACOS: np.arccos,
+    Op.ASINH: np.arcsinh, Op.ACOSH: np.arccosh, Op.ATANH: np.arctanh, Op.ATAN2: np.arctan2,
+    Op.ISNAN: np.isnan, Op.BITWISE_AND: np.bitwise_and, Op.BITWISE_OR: np.bitwise_or,
+    Op.BITWISE_XOR: np.bitwise_xor, Op.BITWISE_NOT: np.invert,
 }
 
 

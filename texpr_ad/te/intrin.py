@@ -39,6 +39,54 @@ ceil = _float_unary(Op.CEIL)
 trunc = _float_unary(Op.TRUNC)
 round = _float_unary(Op.ROUND)  # noqa: A001
 sign = _float_unary(Op.SIGN)
+tan = _float_unary(Op.TAN)
+sinh = _float_unary(Op.SINH)
+cosh = _float_unary(Op.COSH)
+asin = _float_unary(Op.ASIN)
+acos = _float_unary(Op.ACOS)
+asinh = _float_unary(Op.ASINH)
+acosh = _float_unary(Op.ACOSH)
+atanh = _float_unary(Op.ATANH)
+
+
+def atan2(y: Any, x: Any) -> Expr:
+    """The angle of the point (x, y), in [-pi, pi] (`tvm.tirx.atan2`, `np.arctan2`)."""
+    e = binary(Op.ATAN2, y, x)
+    return e if dt.is_float(e.dtype) else binary(Op.ATAN2, as_expr(y).astype("float32"),
+                                                  as_expr(x).astype("float32"))
+
+
+def isnan(x: Any) -> Expr:
+    """True where `x` is NaN (always False for integers)."""
+    e = as_expr(x)
+    return Call(Op.ISNAN, (e,), "bool") if dt.is_float(e.dtype) else const(False)
+
+
+def _int_operands(name: str, *xs: Any) -> None:
+    for x in xs:
+        if not dt.is_int(as_expr(x).dtype):
+            raise TypeError(f"te.{name} needs integer operands, got `{x}` of dtype {as_expr(x).dtype}")
+
+
+def bitwise_and(a: Any, b: Any) -> Expr:
+    _int_operands("bitwise_and", a, b)
+    return binary(Op.BITWISE_AND, a, b)
+
+
+def bitwise_or(a: Any, b: Any) -> Expr:
+    _int_operands("bitwise_or", a, b)
+    return binary(Op.BITWISE_OR, a, b)
+
+
+def bitwise_xor(a: Any, b: Any) -> Expr:
+    _int_operands("bitwise_xor", a, b)
+    return binary(Op.BITWISE_XOR, a, b)
+
+
+def bitwise_not(a: Any) -> Expr:
+    _int_operands("bitwise_not", a)
+    e = as_expr(a)
+    return Call(Op.BITWISE_NOT, (e,), e.dtype)
 
 
 def stop_gradient(x: Any) -> Expr:
