@@ -11,7 +11,7 @@ legalizes `orig_call` itself (its own shapes and attributes), translates the te 
 `grad.emit_gradient` (one `call_tir` for all arguments; adjoints that read the forward's
 output get `orig_var`).  Integer/bool-output ops and `relax.grad.no_grad` get a no-grad
 gradient (`no_grad` of every argument), so the pass no longer aborts on them.  TVM's
-conventions for float arguments (`relax_samples.NO_GRAD_ARGS`, `PARTIALS`) are kept.
+conventions for float arguments (`relax_samples.NO_GRAD_ARGS`) are kept.
 """
 from __future__ import annotations
 
@@ -22,12 +22,11 @@ from ..te import dtype as dt
 from .grad import BridgeError, derive, emit_gradient
 from .relax_capture import NotDerivable, capture
 from .relax_samples import INFRASTRUCTURE, INFRASTRUCTURE_PREFIXES, NO_GRAD_ARGS, NO_SAMPLE, \
-    PARTIALS, SAMPLES, Sample
+    NOT_TE, PASS_NATIVE, SAMPLES, Sample
 
 LEVEL_MISSING = 10   # TVM registers its hand-written gradients at level 10, once per op
 LEVEL_OVERRIDE = 20  # a higher level replaces an existing attribute
-NO_GRAD_OPS = frozenset({"relax.grad.no_grad", "relax.grad.start_checkpoint",
-                         "relax.grad.end_checkpoint"})
+NO_GRAD_OPS = frozenset({"relax.grad.no_grad"})
 
 
 _REGISTERED: dict[str, Any] = {}  # op -> the gradient function this module registered
@@ -72,7 +71,8 @@ def sample_call(op: str) -> tuple[list[Any], Any]:
 
 @dataclass(frozen=True)
 class OpClass:
-    """How a Relax tensor op stands: kind is "stock", "derivable", "no-grad" or "not-derivable"."""
+    """How a Relax tensor op stands: kind is "stock", "derivable", "no-grad", "native" (the
+    pass handles it) or "not-derivable"; `reason` says why."""
 
     op: str
     kind: str
@@ -83,6 +83,10 @@ class OpClass:
 def classify(op: str) -> OpClass:
     """Classify `op` by legalizing its sample call (captured as te, outputs' dtypes)."""
     stock = has_gradient(op)
+    if op in PASS_NATIVE:
+        return OpClass(op, "native", stock, PASS_NATIVE[op])
+    if op in NOT_TE:
+        return OpClass(op, "stock" if stock else "not-derivable", stock, NOT_TE[op])
     if op in NO_GRAD_OPS:
         return OpClass(op, "stock" if stock else "no-grad", stock, "gradient marker")
     if op not in SAMPLES:
@@ -135,7 +139,7 @@ def derived_gradient(orig_var: Any, orig_call: Any, output_grad: Any, ctx: Any) 
         return ctx.emit(relax.TupleGetItem(gv, j)) if many else gv
 
     partials: list[Any] = []
-    for k, a in enumerate(args[:PARTIALS.get(op, len(args))]):
+    for k, a in enumerate(args):
         mine = [j for j, p in enumerate(position) if p is not None and p[0] == k
                 and grads[j] is not None]
         if not mine:

@@ -317,6 +317,11 @@ NO_SAMPLE: dict[str, str] = {
     "relax.nn.attention_var_len": "its legalization fails in TVM 0.27",
 }
 
+# Ops whose legalization calls te but then rewrites the PrimFunc, so the te is not the forward.
+NOT_TE: dict[str, str] = {
+    "relax.layout_transform": "te copy + a TIR rewrite of the PrimFunc after legalization",
+}
+
 # -- TVM's gradient conventions, kept when a derived gradient replaces or joins them ----------
 
 # Float arguments TVM declares non-differentiable: (op, argument position).
@@ -326,9 +331,21 @@ NO_GRAD_ARGS: dict[str, frozenset[int]] = {
     "relax.nn.nll_loss": frozenset({2}),  # the class weights
 }
 
-# Ops whose gradient lists fewer partials than the call has arguments (the rest are attributes
-# TVM passes as arguments): op -> number of partials.
-PARTIALS: dict[str, int] = {"relax.triu": 1, "relax.tril": 1}
+# The Gradient pass differentiates these itself and never asks for an FPrimalGradient.
+PASS_NATIVE: dict[str, str] = {
+    "relax.grad.start_checkpoint": "checkpoint marker, handled by the Gradient pass",
+    "relax.grad.end_checkpoint": "checkpoint marker, handled by the Gradient pass",
+}
+
+# Ops whose gradient is zero by definition (the stop-gradient marker); integer/bool-output
+# ops are zero too, found from their output dtypes.
+ZERO_GRADIENT = frozenset({"relax.grad.no_grad"})
+
+# Defects of TVM's hand-written gradients the derived ones do not reproduce.
+TVM_DEFECTS: dict[str, str] = {
+    "relax.triu": "TVM's gradient lists one partial for two arguments (x, k): the pass aborts "
+                  "('partials number != inputs number'); derived: [dx, no_grad(k)]",
+}
 
 # Where a derived gradient may differ from TVM's hand-written one by convention (not defect).
 KINK_CONVENTIONS: dict[str, str] = {
@@ -340,4 +357,5 @@ KINK_CONVENTIONS: dict[str, str] = {
 }
 
 __all__ = ["Arg", "F", "INFRASTRUCTURE", "INFRASTRUCTURE_PREFIXES", "KINK_CONVENTIONS",
-           "NO_GRAD_ARGS", "NO_SAMPLE", "PARTIALS", "SAMPLES", "Sample"]
+           "NO_GRAD_ARGS", "NO_SAMPLE", "PASS_NATIVE", "SAMPLES", "Sample", "TVM_DEFECTS",
+           "ZERO_GRADIENT", "NOT_TE"]
