@@ -219,6 +219,14 @@ def zeros_like(X: Tensor, prefix_shape: tuple[Expr, ...] = (), name: str = "") -
 
 # -- the public entry -----------------------------------------------------------------------
 
+def check_tensors(xs: Sequence[object], what: str) -> None:
+    """A GradientError naming the first entry of `xs` that is not a te tensor."""
+    for k, x in enumerate(xs):
+        if not isinstance(x, Tensor):
+            raise GradientError(f"{what}[{k}] is a {type(x).__name__}, not a te tensor; pass the "
+                                "placeholders (or intermediate tensors) made with te")
+
+
 def _check_head(out: Tensor, head: Tensor) -> tuple[Expr, ...]:
     n, m = out.ndim, head.ndim
     if m < n or any(not a.same_as(b) for a, b in zip(head.shape[m - n:], out.shape, strict=True)):
@@ -249,6 +257,9 @@ def grad(output: Tensor | Sequence[Tensor], inputs: Sequence[Tensor],
     Several outputs take a list of heads.
     """
     outs = list(output) if isinstance(output, (list, tuple)) else [output]
+    check_tensors(outs, "output")
+    if isinstance(inputs, Tensor):
+        raise GradientError("inputs must be a list of te tensors; wrap a single one as [x]")
     if head is None:
         if len(outs) != 1:
             raise GradientError("head=None (Jacobian) needs a single output; pass one head per output")
@@ -257,6 +268,7 @@ def grad(output: Tensor | Sequence[Tensor], inputs: Sequence[Tensor],
         heads = list(head) if isinstance(head, (list, tuple)) else [head]
     if len(heads) != len(outs):
         raise GradientError(f"got {len(heads)} heads for {len(outs)} outputs; pass one head per output")
+    check_tensors(heads, "head")
     for o in outs:
         if not dt.is_float(o.dtype):
             raise GradientError(f"output {o.name!r} has dtype {o.dtype}; only float outputs can be "
@@ -268,10 +280,7 @@ def grad(output: Tensor | Sequence[Tensor], inputs: Sequence[Tensor],
         raise GradientError("all heads must have the same leading extra dims")
     prefix = tuple(IterVar(f"p{k}", const(0), s) for k, s in enumerate(prefix_shape))
     inputs = list(inputs)
-    for k, x in enumerate(inputs):
-        if not isinstance(x, Tensor):
-            raise GradientError(f"inputs[{k}] is a {type(x).__name__}, not a te tensor; pass the "
-                                "placeholders (or intermediate tensors) to differentiate with respect to")
+    check_tensors(inputs, "inputs")
     order = te.topo_order(outs)
     wrt = {x for x in inputs}
     depends: dict[Tensor, bool] = {}

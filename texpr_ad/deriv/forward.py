@@ -13,7 +13,7 @@ from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, const
 from ..te.ops import Op
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tensor
 from ..te.visit import substitute
-from .adjoint import zeros_like
+from .adjoint import check_tensors, zeros_like
 from .errors import GradientError, NotDifferentiableError
 from .reducers import linearize
 from .rules import PARTIALS
@@ -101,6 +101,13 @@ def jvp(outputs: Tensor | Sequence[Tensor], inputs: Sequence[Tensor],
         tangents: Sequence[Tensor]) -> list[Tensor]:
     """Tangents of `outputs` given tangent tensors for `inputs` (same shapes and dtypes)."""
     outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    if isinstance(inputs, Tensor) or isinstance(tangents, Tensor):
+        raise GradientError("inputs and tangents must be lists of te tensors; wrap single ones as [x]")
+    inputs, tangents = list(inputs), list(tangents)
+    for xs, what in ((outs, "outputs"), (inputs, "inputs"), (tangents, "tangents")):
+        check_tensors(xs, what)
+    if len(inputs) != len(tangents):
+        raise GradientError(f"got {len(tangents)} tangents for {len(inputs)} inputs; pass one per input")
     tan: dict[Tensor, Tensor] = {}
     for x, t in zip(inputs, tangents, strict=True):
         if tuple(map(str, x.shape)) != tuple(map(str, t.shape)) or x.dtype != t.dtype:

@@ -23,7 +23,7 @@ import numpy as np
 from ..arrays import as_array
 from ..errors import TexprError
 from .._env import debug_level
-from ..schedule.plan import Plan
+from ..schedule.plan import Plan, ScheduleError
 from ..schedule.planner import plan_kernel
 from ..te.expr import Call, Const, Expr, Var
 from ..te.interp import NUMPY_IMPL
@@ -54,7 +54,7 @@ def build(outputs: Sequence[Tensor] | Tensor, inputs: Sequence[Tensor], target: 
         from .numba_cuda import build_cuda
         return build_cuda(outputs, inputs, plan_overrides)
     if target not in TARGETS:
-        raise ValueError(f"unknown target {target!r}; choose one of {TARGETS}")
+        raise ScheduleError(f"unknown target {target!r}; choose one of {TARGETS}")
     plan = plan_kernel(list(outputs), list(inputs), target, plan_overrides)
     return Kernel(plan, CPURenderer())
 

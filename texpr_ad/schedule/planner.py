@@ -67,6 +67,10 @@ def plan_kernel(outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str
         if any(x.dtype == "float16" for e in _exprs(op) for x in walk(e)):
             raise ScheduleError(f"stage {names[id(op)]!r} computes in float16, which the Numba "
                                 f"CPU backend does not support; use float32")
+    ov = overrides or {}
+    if not isinstance(ov, Mapping) or not all(isinstance(v, Mapping) for v in ov.values()):
+        raise ScheduleError(f"plan_overrides must map stage names to dicts of settings, "
+                            f"e.g. {{'Y': {{'parallel': False}}}}; got {str(overrides)[:80]}")
     overrides = dict(overrides or {})
     _check_overrides(overrides, ops, names)
     uses = _uses(ops)
@@ -124,7 +128,7 @@ def _check_io(outputs: tuple[Tensor, ...], inputs: tuple[Tensor, ...]) -> None:
         raise ScheduleError("build needs at least one output tensor")
     for t in (*outputs, *inputs):
         if not isinstance(t, Tensor):
-            raise TypeError(f"build takes te tensors, got {type(t).__name__} {t!r}")
+            raise ScheduleError(f"build takes te tensors, got {type(t).__name__} {str(t)[:80]}")
     for t in inputs:
         if not isinstance(t.op, PlaceholderOp):
             raise ScheduleError(f"input {t.name!r} is not a placeholder; inputs must be "

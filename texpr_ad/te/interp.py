@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..errors import TexprError
 from . import dtype as dt
 from .dag import topo_order
 from .expr import Call, Const, Expr, IterVar, Read, Reduce, Var
@@ -264,20 +265,24 @@ def _scatter(op: ScatterOp, values: dict[int, np.ndarray], vars_env: dict[Expr, 
     return out
 
 
+class EvaluateError(TexprError, ValueError):
+    """`te.evaluate` got outputs that are not tensors, or arrays that do not fit the inputs."""
+
+
 def bind_shapes(inputs: Sequence[Tensor], arrays: Sequence[np.ndarray]) -> dict[Expr, int]:
     """Match array shapes against placeholder shapes; bind symbolic dims; raise on mismatch."""
     env: dict[Expr, int] = {}
     for t, a in zip(inputs, arrays, strict=True):
         if a.ndim != t.ndim:
-            raise ValueError(f"input {t.name!r} expects {t.ndim} dims {t.shape}, got array of shape {a.shape}")
+            raise EvaluateError(f"input {t.name!r} expects {t.ndim} dims {t.shape}, got array of shape {a.shape}")
         for d, (s, n) in enumerate(zip(t.shape, a.shape, strict=True)):
             if isinstance(s, Var):
                 if s in env and env[s] != n:
-                    raise ValueError(f"symbolic dim {s.name!r} is {env[s]} from an earlier input "
+                    raise EvaluateError(f"symbolic dim {s.name!r} is {env[s]} from an earlier input "
                                      f"but {n} in dim {d} of {t.name!r}")
                 env[s] = n
             elif isinstance(s, Const) and s.value != n:
-                raise ValueError(f"input {t.name!r} expects shape {tuple(t.shape)}, "
+                raise EvaluateError(f"input {t.name!r} expects shape {tuple(t.shape)}, "
                                  f"got {a.shape} (dim {d})")
     return env
 
@@ -285,14 +290,19 @@ def bind_shapes(inputs: Sequence[Tensor], arrays: Sequence[np.ndarray]) -> dict[
 def evaluate(outputs: Sequence[Tensor], feed: Mapping[Tensor, Any],
              var_values: Mapping[Var, int] | None = None) -> list[np.ndarray]:
     """Evaluate `outputs` given arrays for their placeholders (and optional symbolic dims)."""
+    if isinstance(outputs, Tensor) or not all(isinstance(t, Tensor) for t in outputs):
+        raise EvaluateError(f"evaluate takes a list of te tensors, got {str(outputs)[:80]}")
     ins = [t for t in topo_order(outputs) if isinstance(t.op, PlaceholderOp)]
     missing = [t.name for t in ins if t not in feed]
     if missing:
-        raise ValueError(f"evaluate: no array given for input(s) {missing}")
+        raise EvaluateError(f"evaluate: no array given for input(s) {missing}")
     arrays = [np.asarray(feed[t]) for t in ins]
+    bad = [t.name for t, a in zip(ins, arrays, strict=True) if a.dtype == object or a.dtype.kind in "USV"]
+    if bad:
+        raise EvaluateError(f"evaluate: the values given for {bad} are not arrays of numbers")
     for t, a in zip(ins, arrays, strict=True):
         if str(a.dtype) != t.dtype:
-            raise TypeError(f"input {t.name!r} is {t.dtype} but got an array of dtype {a.dtype}")
+            raise EvaluateError(f"input {t.name!r} is {t.dtype} but got an array of dtype {a.dtype}")
     env: dict[Expr, Any] = dict(bind_shapes(ins, arrays))
     env.update(var_values or {})
     values: dict[int, np.ndarray] = {t.uid: a for t, a in zip(ins, arrays, strict=True)}
