@@ -22,7 +22,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from .relax_ops import derived_gradient, no_grad_gradient, sample_params
-from .relax_samples import F, NO_GRAD_ARGS, SAMPLES, ZERO_GRADIENT, Sample
+from .relax_samples import F, NO_GRAD_ARGS, ZERO_GRADIENT, Sample, op_of, sample
 
 SEED = 1234
 
@@ -57,10 +57,10 @@ def sample_arrays(sample: Sample, rng: np.random.Generator) -> list[np.ndarray]:
     return out
 
 
-def loss_module(op: str) -> tuple[Any, list[int]]:
-    """(module with `main`, indices of the parameters to differentiate) for `op`'s sample."""
+def loss_module(key: str) -> tuple[Any, list[int]]:
+    """(module with `main`, indices of the parameters to differentiate) for a sample key."""
     from tvm import relax
-    s = SAMPLES[op]
+    s = sample(key)
     params = sample_params(s)
     bb = relax.BlockBuilder()
     z = relax.Var("z", relax.TensorType((), "float64"))
@@ -79,14 +79,15 @@ def loss_module(op: str) -> tuple[Any, list[int]]:
                 loss = bb.emit(relax.op.add(loss, relax.op.sum(relax.op.multiply(yk, h))))
             out = bb.emit_output(loss)
         bb.emit_func_output(out)
-    skip = NO_GRAD_ARGS.get(op, frozenset())
+    skip = [call.args[k] for k in NO_GRAD_ARGS.get(op_of(key), ()) if k < len(call.args)]
     wrt = [k for k, p in enumerate(params)
-           if str(p.ty.dtype).startswith("float") and k not in skip]
+           if str(p.ty.dtype).startswith("float") and not any(p.same_as(a) for a in skip)]
     return bb.get(), wrt
 
 
 def check(op: str, seed: int = SEED, directions: int = 2) -> OpCheck:
-    """`op`'s sample through the pass with the registered gradients (see the module doc)."""
+    """The sample `op` (an op name or "op[variant]") through the pass with the registered
+    gradients (see the module doc)."""
     t0 = time.perf_counter()
     try:
         return _check(op, seed, directions, t0)
@@ -102,14 +103,14 @@ def _check(op: str, seed: int, directions: int, t0: float) -> OpCheck:
     import tvm
     from tvm import relax
     from .api import prepare_for_build
-    s = SAMPLES[op]
+    s = sample(op)
     rng = np.random.default_rng(seed)
     mod, wrt = loss_module(op)
     out_ty = mod["main"].body.blocks[0].bindings[0].var.ty
     out_tys = list(out_ty.fields) if hasattr(out_ty, "fields") else [out_ty]
     # stop-gradient and integer/bool outputs: the gradient must be exactly zero (steps in
     # the forward would make central differences meaningless)
-    zero = op in ZERO_GRADIENT or not any(str(t.dtype).startswith("float") for t in out_tys)
+    zero = op_of(op) in ZERO_GRADIENT or not any(str(t.dtype).startswith("float") for t in out_tys)
     params = list(mod["main"].params)
     n_heads = len(params) - len(s.args) - 1
     arrays = sample_arrays(s, rng)
@@ -174,8 +175,8 @@ def compare_with_stock(op: str, seed: int = SEED) -> tuple[OpCheck, OpCheck, flo
     """(stock check, derived check, max relative difference of their gradients) for an op
     with a hand-written gradient; the derived one is installed only for the comparison."""
     stock = check(op, seed)
-    fn = no_grad_gradient if _integer_output(op) else derived_gradient
-    with gradient_installed(op, fn):
+    fn = no_grad_gradient if _integer_output(op_of(op)) else derived_gradient
+    with gradient_installed(op_of(op), fn):
         mine = check(op, seed)
     diff = float("nan")
     if stock.grads and mine.grads and len(stock.grads) == len(mine.grads):

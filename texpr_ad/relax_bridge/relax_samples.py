@@ -133,7 +133,7 @@ def _samples() -> dict[str, Sample]:
         "relax.bitwise_xor": _s("bitwise_xor", i(3, 4, hi=9), i(3, 4, hi=9)),
         "relax.left_shift": _s("left_shift", i(3, 4, hi=9), i(3, 4, hi=3)),
         "relax.right_shift": _s("right_shift", i(3, 4, hi=99), i(3, 4, hi=3)),
-        "relax.astype": _s("astype", f(3, 4), attrs={"dtype": "float32"}),
+        "relax.astype": _s("astype", f(3, 4), attrs={"dtype": "float64"}, **F32),
         "relax.wrap_param": _s("wrap_param", f(3, 4), attrs={"dtype": "float32"}),
         # creation
         "relax.full": Sample(lambda v: _op("full")((2, 3), v), (f(),)),
@@ -296,6 +296,29 @@ def _samples() -> dict[str, Sample]:
 
 SAMPLES: dict[str, Sample] = _samples()
 
+# Further calls of ops with a hand-written gradient, keyed "op[variant]": the cases where
+# TVM's own gradients were found wrong or aborting (broadcasting, last-axis take, dilation).
+VARIANTS: dict[str, Sample] = {
+    "relax.where[broadcast]": _s("where", b(3, 4), f(1, 4), f(3, 1)),
+    "relax.take[3-d, last axis]": _s("take", f(2, 4, 5), i(2, 3, hi=5), attrs={"axis": 2}),
+    "relax.nn.conv2d[dilated]": _s("nn.conv2d", f(1, 2, 7, 7), f(3, 2, 3, 3), attrs={
+        "strides": 2, "padding": 1, "dilation": 2}),
+    "relax.nn.max_pool2d[dilated]": _s("nn.max_pool2d", f(1, 2, 7, 7), attrs={
+        "pool_size": 3, "strides": 2, "padding": 1, "dilation": 2}),
+    "relax.nn.avg_pool2d[dilated]": _s("nn.avg_pool2d", f(1, 2, 7, 7), attrs={
+        "pool_size": 3, "strides": 2, "padding": 1, "dilation": 2}),
+}
+
+
+def sample(key: str) -> Sample:
+    """The sample of an op ("relax.exp") or of a variant ("relax.where[broadcast]")."""
+    return SAMPLES[key] if key in SAMPLES else VARIANTS[key]
+
+
+def op_of(key: str) -> str:
+    """The op name of a sample key."""
+    return key.split("[", 1)[0]
+
 # Relax ops that are not tensor computations (calls, memory, VM, closures, distribution, ...).
 INFRASTRUCTURE_PREFIXES = ("relax.call_", "relax.memory.", "relax.vm.", "relax.builtin.",
                            "relax.dist.", "relax.inspect.")
@@ -358,4 +381,4 @@ KINK_CONVENTIONS: dict[str, str] = {
 
 __all__ = ["Arg", "F", "INFRASTRUCTURE", "INFRASTRUCTURE_PREFIXES", "KINK_CONVENTIONS",
            "NO_GRAD_ARGS", "NO_SAMPLE", "PASS_NATIVE", "SAMPLES", "Sample", "TVM_DEFECTS",
-           "ZERO_GRADIENT", "NOT_TE"]
+           "ZERO_GRADIENT", "NOT_TE", "VARIANTS", "op_of", "sample"]
