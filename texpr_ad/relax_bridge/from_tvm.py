@@ -125,8 +125,14 @@ class FromTVM:
 
     outputs: list[Tensor]
     inputs: list[Tensor]
-    tensors: dict[int, Tensor] = field(repr=False)  # TVM op handle, value_index -> texpr_ad
-    vars: dict[str, Var] = field(default_factory=dict)  # symbolic dims by name
+    tensors: dict[tuple[int, int], Tensor] = field(repr=False)  # (TVM op handle, value_index)
+    sources: dict[Tensor, Any] = field(repr=False)  # texpr_ad tensor -> the TVM tensor it came from
+    var_map: dict[Var, Any] = field(default_factory=dict)  # texpr_ad symbolic dim -> tirx.Var
+
+    @property
+    def vars(self) -> dict[str, Var]:
+        """The symbolic dims (from free `tirx.Var`s), by name."""
+        return {v.name: v for v in self.var_map}
 
     def __iter__(self) -> Iterator[Tensor]:
         return iter(self.outputs)
@@ -139,7 +145,7 @@ class FromTVM:
 
     def tensor(self, t: Any) -> Tensor:
         """The texpr_ad tensor a TVM tensor of the DAG became."""
-        return self.tensors[(_handle(t.op), int(t.value_index))]  # type: ignore[index]
+        return self.tensors[(_handle(t.op), int(t.value_index))]
 
 
 def from_tvm(tensors: Any, placeholders: Sequence[Any] | None = None) -> FromTVM:
@@ -156,14 +162,17 @@ def from_tvm(tensors: Any, placeholders: Sequence[Any] | None = None) -> FromTVM
                                    "not a placeholder; pass the DAG's input tensors")
         tr.tensor(t)
     result = [tr.tensor(t) for t in outs]
-    return FromTVM(result, list(tr.inputs), tr.tensors, {v.name: v for v in tr.vars.values()})
+    return FromTVM(result, list(tr.inputs), tr.tensors, tr.sources,
+                   {v: tr.tvm_vars[h] for h, v in tr.vars.items()})
 
 
 class _Translator:
     def __init__(self) -> None:
-        self.tensors: dict[Any, Tensor] = {}
+        self.tensors: dict[tuple[int, int], Tensor] = {}
+        self.sources: dict[Tensor, Any] = {}  # also keeps the TVM objects (and handles) alive
         self.inputs: list[Tensor] = []
         self.vars: dict[int, Var] = {}  # free tirx.Vars (symbolic dims)
+        self.tvm_vars: dict[int, Any] = {}
         self.reducers: dict[int, Reducer] = {}
 
     # -- tensors ---------------------------------------------------------------------
@@ -180,6 +189,7 @@ class _Translator:
             shape = [self.expr(s, {}, op.name) for s in t.shape]
             p = te.placeholder(shape, _dtype(t), name=op.name)
             self.tensors[(h, 0)] = p
+            self.sources[p] = t
             self.inputs.append(p)
             return
         if kind != "ComputeOp":
@@ -201,6 +211,7 @@ class _Translator:
         outs = res if isinstance(res, list) else [res]
         for k, o in enumerate(outs):
             self.tensors[(h, k)] = o
+            self.sources[o] = op.output(k)
 
     # -- expressions --------------------------------------------------------------------
     def _body(self, b: Any, env: dict[int, Expr], where: str, memo: dict[Any, tuple[Expr, ...]]) -> Expr:
@@ -290,6 +301,7 @@ class _Translator:
             return env[h]
         if h not in self.vars:  # a free variable: a symbolic dim
             self.vars[h] = te.var(v.name, _dtype(v))
+            self.tvm_vars[h] = v
         return self.vars[h]
 
     def _call(self, e: Any, env: dict[int, Expr], where: str) -> Expr:

@@ -21,7 +21,11 @@ Semantic points the translation takes care of:
   commutative reducer; and `init` becomes a second stage
   `out = combine(init, reduce(...))`.
 * Reduce axes whose bounds depend on enclosing data axes (or earlier reduce
-  axes) translate directly: TVM 0.27 accepts such domains.
+  axes) get static ranges, the hull of their ranges, with the range as a condition
+  in the body: TVM 0.27 accepts such domains but computes them wrongly
+  (`static_reduce_range`).  Scatter loop nests are plain TIR `For`s, which take
+  dependent bounds correctly.
+* `==`/`!=` on bools become And/Or/Not (LLVM cannot compile them on i1).
 * Symbolic dims (`te.var`) become `tirx.Var`s (int64, as Relax shapes are);
   index arithmetic mixes int32/int64 through TVM's own promotion and values are
   cast back to the IR dtype where the dtype is observable.
@@ -36,6 +40,8 @@ import numpy as np
 
 from ..errors import TexprError
 from ..te.dag import topo_order
+from ..te.intervals import interval
+from ..te.simplify import simplify
 from ..te.expr import Call, CommReducer, Const, Expr, IterVar, Read, Reduce, Var
 from ..te.ops import Op
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
@@ -93,14 +99,29 @@ def _sign(x: Any) -> Any:
     return tirx.Select(x > zero, one, tirx.Select(x < zero, -one, zero))
 
 
+def _eq(a: Any, b: Any) -> Any:
+    """`a == b`; on bools as (a and b) or (not a and not b): LLVM cannot compile `icmp` on i1."""
+    tirx = _tvm().tirx
+    if dtype_of(a) == "bool":
+        return tirx.Or(tirx.And(a, b), tirx.And(tirx.Not(a), tirx.Not(b)))
+    return a.equal(b)
+
+
+def _ne(a: Any, b: Any) -> Any:
+    """`a != b`; on bools as (a and not b) or (not a and b) (see `_eq`)."""
+    tirx = _tvm().tirx
+    if dtype_of(a) == "bool":
+        return tirx.Or(tirx.And(a, tirx.Not(b)), tirx.And(tirx.Not(a), b))
+    return (a != b).asobject()
+
+
 def _binary_table() -> dict[Op, Callable[[Any, Any], Any]]:
     tirx = _tvm().tirx
     return {
         Op.ADD: operator.add, Op.SUB: operator.sub, Op.MUL: operator.mul, Op.DIV: _div,
         Op.FLOORDIV: _floordiv, Op.FLOORMOD: _floormod, Op.MIN: tirx.min, Op.MAX: tirx.max,
         Op.POW: _pow, Op.LT: operator.lt, Op.LE: operator.le, Op.GT: operator.gt,
-        Op.GE: operator.ge, Op.EQ: lambda a, b: a.equal(b),
-        Op.NE: lambda a, b: (a != b).asobject(), Op.AND: tirx.And, Op.OR: tirx.Or,
+        Op.GE: operator.ge, Op.EQ: _eq, Op.NE: _ne, Op.AND: tirx.And, Op.OR: tirx.Or,
         Op.SHL: tirx.shift_left, Op.SHR: tirx.shift_right, Op.ATAN2: tirx.atan2,
         Op.BITWISE_AND: tirx.bitwise_and, Op.BITWISE_OR: tirx.bitwise_or,
         Op.BITWISE_XOR: tirx.bitwise_xor,
@@ -245,6 +266,37 @@ def _plain(op: ComputeOp, ks: list[int], dag: _Dag, name: str) -> list[Any]:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
+def static_reduce_range(a: IterVar, stage: str) -> tuple[Expr, Expr, Expr | None]:
+    """`(lo, extent, guard)`: a range for reduce axis `a` that TVM can take, and the condition
+    that restores `a`'s own range inside it (None when `a`'s range already is one).
+
+    TVM 0.27's `create_prim_func` gets a reduce axis whose bounds depend on an outer index
+    (data axis or earlier reduce axis) silently wrong: the block domain subtracts the minimum
+    twice.  So such an axis runs over the hull of its ranges (interval bounds over the outer
+    indices) and `lo <= a < lo + extent` moves into the body, like `where=`.
+    """
+    outer = [v for x in (a.lo, a.extent) for v in walk(x) if isinstance(v, IterVar)]
+    if not outer:
+        return a.lo, a.extent, None
+    lo_b, _ = interval(simplify(a.lo))
+    _, hi_b = interval(simplify(a.lo + a.extent - 1))
+    if lo_b is None or hi_b is None:
+        raise TranslationError(
+            f"stage {stage!r}: reduce axis `{a.name}` over [{a.lo}, {a.lo} + {a.extent}) depends on "
+            f"the index `{outer[0]}` and has no static bound, which TVM needs (it gets such "
+            "ranges wrong); bound the range by constants")
+    guard = (a >= a.lo) & (a < a.lo + a.extent)
+    return Const(lo_b, a.lo.dtype), Const(max(hi_b - lo_b + 1, 0), a.extent.dtype), guard
+
+
+def _conj(conds: Sequence[Expr]) -> Expr:
+    out = [c for c in conds if not (isinstance(c, Const) and c.value is True)]
+    res = out[0] if out else Const(True, "bool")
+    for c in out[1:]:
+        res = res & c
+    return res
+
+
 def _reduction(op: ComputeOp, red: Reduce, dag: _Dag, name: str) -> list[Any]:
     """One TVM compute for the (tuple) reduction `red`; `init` as a second stage."""
     tvm = _tvm()
@@ -258,15 +310,18 @@ def _reduction(op: ComputeOp, red: Reduce, dag: _Dag, name: str) -> list[Any]:
         env: dict[Expr, Any] = dict(zip(op.axis, ivs, strict=True))
         tr = dag.translator(env, op.name)
         raxes = []
-        for a in red.axis:  # bounds may use data axes and earlier reduce axes
-            lo = tr(a.lo)
-            rv = te.reduce_axis((lo, lo + tr(a.extent)), name=a.name)
+        guards: list[Expr] = []
+        for a in red.axis:  # static ranges; bounds that use outer axes become guards
+            lo, ext, guard = static_reduce_range(a, op.name)
+            lo_t = fit(tr(lo), INDEX64)
+            rv = te.reduce_axis((lo_t, lo_t + fit(tr(ext), INDEX64)), name=a.name)
             env[a] = rv.var
             raxes.append(rv)
+            guards += [guard] if guard is not None else []
             tr = dag.translator(env, op.name)
         srcs = [fit(tr(s), d) for s, d in zip(red.source, dtypes, strict=True)]
-        if not true:  # create_prim_func drops where=: select the identity instead
-            cond = tr(red.condition)
+        if not true or guards:  # create_prim_func drops where=: select the identity instead
+            cond = tr(_conj([*guards, red.condition]))
             srcs = [tirx.if_then_else(cond, s, fit(tr(i), d))
                     for s, i, d in zip(srcs, red.combiner.identity, dtypes, strict=True)]
         res = tr.reducer(red.combiner)(tuple(srcs) if n > 1 else srcs[0], axis=raxes)
