@@ -106,16 +106,23 @@ def _sum(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Linearization:
     return Linearization(_same, (body.condition,), _same, ())
 
 
+def attains(v: Expr, y: Expr) -> Expr:
+    """`v` is an arg-extreme of the max/min `y` it took part in: `v == y`, or `v` is NaN (then so
+    is `y`: max and min propagate NaN, and the gradient goes to the NaN elements, as PyTorch's
+    max_pool2d and max(dim) route it)."""
+    return v.eq(y) | v.ne(v) if v.dtype.startswith("float") else v.eq(y)
+
+
 def tie_count(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Tensor:
-    """`cnt[i] = sum_r [src(i, r) == Y[i]]` (+ [init == Y[i]]): how many elements attain the extreme."""
+    """`cnt[i] = sum_r [src(i, r) attains Y[i]]` (+ the init): how many attain the extreme."""
     src = body.source[0]
     one, zero = const(1.0, Y.dtype), const(0.0, Y.dtype)
 
     def count(*i: IterVar) -> Expr:
-        hit = te.if_then_else(_sub(src, data, i).eq(Y[i]), one, zero)
+        hit = te.if_then_else(attains(_sub(src, data, i), Y[i]), one, zero)
         n = te.sum(hit, axis=list(body.axis), where=_sub(body.condition, data, i))
         if body.init:
-            n = n + te.if_then_else(_sub(body.init[0], data, i).eq(Y[i]), one, zero)
+            n = n + te.if_then_else(attains(_sub(body.init[0], data, i), Y[i]), one, zero)
         return n
 
     return te.compute(Y.shape, count, name=f"{Y.name}_ties")
@@ -123,15 +130,15 @@ def tie_count(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Tensor:
 
 def _extreme(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Linearization:
     """max/min: the derivative goes to the arg-extremes, init included; ties split it evenly
-    (PyTorch amax, JAX).
+    (PyTorch amax, JAX); a NaN result's goes to the NaN elements (`attains`).
 
         cnt[i] = sum_r [src(i, r) == Y[i]] + [init(i) == Y[i]]
         d Y / d src(i, r) = [src(i, r) == Y[i]] / cnt[i]      d Y / d init(i) = [init(i) == Y[i]] / cnt[i]
     """
     cnt, yi = tie_count(body, Y, data)[data], Y[data]
     share: Scale = lambda x: x / cnt  # noqa: E731
-    init_guards = (body.init[0].eq(yi),) if body.init else ()
-    return Linearization(share, (body.condition, body.source[0].eq(yi)), share, init_guards)
+    init_guards = (attains(body.init[0], yi),) if body.init else ()
+    return Linearization(share, (body.condition, attains(body.source[0], yi)), share, init_guards)
 
 
 def _prod(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Linearization:

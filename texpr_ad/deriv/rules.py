@@ -26,18 +26,29 @@ def _c(v: float, like: Expr) -> Const:
     return Const(v, like.dtype)
 
 
+def _pick(loses: Expr, a: Expr, b: Expr, n: Call) -> Expr:
+    """0 where the operand `loses`, 1/2 at a tie, else 1 (so 1 to both when either is NaN)."""
+    return ti.if_then_else(loses, _c(0.0, n), ti.if_then_else(a.eq(b), _c(0.5, n), _c(1.0, n)))
+
+
 def _max_partials(n: Call) -> Partials:
-    """d max(a, b): 1 to the larger operand; ties split half and half (PyTorch, JAX)."""
+    """d max(a, b): 1 to the larger operand; ties split half and half (PyTorch, JAX); with a
+    NaN operand (the result is NaN) 1 to both, as PyTorch."""
     a, b = n.args
-    half = ti.if_then_else(a.eq(b), _c(0.5, n), _c(0.0, n))
-    return (ti.if_then_else(a > b, _c(1.0, n), half), ti.if_then_else(b > a, _c(1.0, n), half))
+    return (_pick(a < b, a, b, n), _pick(b < a, a, b, n))
 
 
 def _min_partials(n: Call) -> Partials:
-    """d min(a, b): 1 to the smaller operand; ties split half and half (PyTorch, JAX)."""
+    """d min(a, b): 1 to the smaller operand; ties and NaN as for max."""
     a, b = n.args
-    half = ti.if_then_else(a.eq(b), _c(0.5, n), _c(0.0, n))
-    return (ti.if_then_else(a < b, _c(1.0, n), half), ti.if_then_else(b < a, _c(1.0, n), half))
+    return (_pick(a > b, a, b, n), _pick(b > a, a, b, n))
+
+
+def _abs_partials(n: Call) -> Partials:
+    """d |a| = (a > 0) - (a < 0): sign a, but 0 at 0 and at NaN, as PyTorch's sgn."""
+    a = n.args[0]
+    return (ti.if_then_else(a > _c(0.0, a), _c(1.0, n),
+                            ti.if_then_else(a < _c(0.0, a), _c(-1.0, n), _c(0.0, n))),)
 
 
 def _pow_partials(n: Call) -> Partials:
@@ -84,7 +95,7 @@ PARTIALS: dict[Op, Callable[[Call], Partials]] = {
     Op.SIN: lambda n: (ti.cos(n.args[0]),),                        # d sin a = cos a
     Op.COS: lambda n: (-ti.sin(n.args[0]),),                       # d cos a = -sin a
     Op.ATAN: lambda n: (_c(1.0, n) / (_c(1.0, n) + n.args[0] * n.args[0]),),  # 1/(1+a^2)
-    Op.ABS: lambda n: (ti.sign(n.args[0]),),                       # d |a| = sign a (0 at 0, PyTorch)
+    Op.ABS: _abs_partials,                                         # d |a| = sign a (0 at 0, NaN)
     Op.TAN: lambda n: (_c(1.0, n) + n * n,),                       # d tan a = 1 + tan^2 a
     Op.SINH: lambda n: (ti.cosh(n.args[0]),),                      # d sinh a = cosh a
     Op.COSH: lambda n: (ti.sinh(n.args[0]),),                      # d cosh a = sinh a

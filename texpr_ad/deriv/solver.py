@@ -179,7 +179,8 @@ class _System:
                 self.add_constraint(a)
                 self.add_constraint(b)
                 return
-            case Call(op=Op.NOT, args=(Call(op=Op.LT | Op.LE | Op.GT | Op.GE) as c,)):
+            case Call(op=Op.NOT, args=(Call(op=Op.LT | Op.LE | Op.GT | Op.GE) as c,)) if dt.is_int(
+                    c.args[0].dtype):  # not(a > b) is a <= b only without NaN
                 flip = {Op.LT: Op.GE, Op.LE: Op.GT, Op.GT: Op.LE, Op.GE: Op.LT}[c.op]
                 self.add_constraint(Call(flip, c.args, "bool"))
                 return

@@ -44,8 +44,9 @@ tanh = _unary("tanh", te.tanh, "Hyperbolic tangent, elementwise.")
 erf = _unary("erf", te.erf, "Gauss error function, elementwise.")
 negative = _unary("negative", lambda v: -v, "-x, elementwise.")
 abs = _unary("abs", te.abs, "|x|, elementwise.")  # noqa: A001
-relu = _unary("relu", lambda v: te.if_then_else(v > 0, v, 0),
-              "max(x, 0) written as select(x > 0, x, 0), so relu'(0) = 0 as in PyTorch.")
+relu = _unary("relu", lambda v: te.if_then_else(v <= 0, 0, v),
+              "max(x, 0) written as select(x <= 0, 0, x): relu'(0) = 0, and relu(NaN) = NaN "
+              "with relu'(NaN) = 1, as in PyTorch.")
 silu = _unary("silu", lambda v: v * te.sigmoid(v), "x * sigmoid(x) (swish).")
 floor = _unary("floor", te.floor, "Largest integer <= x (float result).")
 ceil = _unary("ceil", te.ceil, "Smallest integer >= x (float result).")
@@ -55,13 +56,14 @@ sign = _unary("sign", te.sign, "-1, 0 or 1 by the sign of x (float result).")
 
 
 def leaky_relu(x: Tensor, alpha: float = 0.01) -> Tensor:
-    """x where x > 0 else alpha * x."""
+    """x where x > 0 else alpha * x (NaN takes the alpha branch: slope alpha, as PyTorch)."""
     return map_compute(lambda v: te.if_then_else(v > 0, v, v * alpha), x, "leaky_relu")
 
 
 def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
-    """x where x > 0 else alpha * (exp(x) - 1)."""
-    return map_compute(lambda v: te.if_then_else(v > 0, v, alpha * (te.exp(v) - 1)), x, "elu")
+    """alpha * (exp(x) - 1) where x <= 0 else x: slope alpha at 0, and NaN takes the x branch
+    (elu(NaN) = NaN with slope 1), as PyTorch."""
+    return map_compute(lambda v: te.if_then_else(v <= 0, alpha * (te.exp(v) - 1), v), x, "elu")
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
@@ -96,13 +98,17 @@ def prelu(x: Tensor, alpha: Tensor, axis: int = 1) -> Tensor:
 
 
 def clip(x: Tensor, a_min: float, a_max: float) -> Tensor:
-    """x clamped to [a_min, a_max]; select form, so the gradient is 1 on the closed interval."""
+    """x clamped to [a_min, a_max]; select form, so the gradient is 1 on the closed interval.
+    clip(NaN) = NaN with gradient 0 (torch.clamp): the NaN branch is a `stop_gradient`."""
     if a_min > a_max:
         raise ValueError(f"clip of {x.name!r}: a_min={a_min} > a_max={a_max}")
-    return map_compute(lambda v: te.if_then_else(v < a_min, te.const(a_min, x.dtype),
-                                                 te.if_then_else(v > a_max,
-                                                                 te.const(a_max, x.dtype), v)),
-                       x, "clip")
+
+    def body(v: Expr) -> Expr:
+        inside = te.if_then_else(v.eq(v), v, te.stop_gradient(v))
+        return te.if_then_else(v < a_min, te.const(a_min, x.dtype),
+                               te.if_then_else(v > a_max, te.const(a_max, x.dtype), inside))
+
+    return map_compute(body, x, "clip")
 
 
 # --------------------------------------------------------------------------------------------
@@ -417,11 +423,11 @@ _UNARY_TABLE: list[tuple[str, str, Callable[[Tensor], Tensor], Callable[[np.ndar
     ("abs", "L1", abs, np.abs, _KINK0, "inputs >= 0.1 away from 0; abs'(0) per the deriv rule "
      "(PyTorch: sign(0) = 0)"),
     ("relu", "L1", relu, lambda x: np.maximum(x, 0), _KINK0,
-     "select(x > 0, x, 0): relu'(0) = 0 as PyTorch; inputs >= 0.1 away from 0"),
+     "select(x <= 0, 0, x): relu'(0) = 0, relu(NaN) = NaN as PyTorch; inputs >= 0.1 away from 0"),
     ("leaky_relu", "L1", lambda x: leaky_relu(x, 0.1), lambda x: np.where(x > 0, x, 0.1 * x),
      _KINK0, "alpha = 0.1 in the sample (default 0.01); slope alpha at 0, as PyTorch"),
     ("elu", "L1", lambda x: elu(x, 1.5), lambda x: np.where(x > 0, x, 1.5 * np.expm1(x)), _KINK0,
-     "alpha = 1.5 in the sample; select(x > 0, ...): the left branch's slope at 0"),
+     "alpha = 1.5 in the sample; select(x <= 0, ...): the left branch's slope at 0 (PyTorch)"),
     ("gelu_erf", "L1", gelu, lambda x: 0.5 * x * (1 + erf_np(x / np.sqrt(2))), _ANY,
      "exact form 0.5 x (1 + erf(x / sqrt 2)) (PyTorch approximate='none')"),
     ("gelu_tanh", "L1", lambda x: gelu(x, "tanh"), _np_gelu_tanh, _ANY,
