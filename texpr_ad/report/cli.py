@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     s = sub.add_parser("show", help="an operator's forward, adjoints, plan and kernel source")
     s.add_argument("op")
-    s.add_argument("--dtype", default="float64")
+    s.add_argument("--dtype", default="float64", choices=["float32", "float64"])
 
     g = sub.add_parser("grad", help="derive and check the gradient of your own operator")
     g.add_argument("target", metavar="FILE.py:FUNC",
@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _cuda_mode(args.targets)
     try:
         return _dispatch(args)
-    except UsageError as e:
+    except TexprError as e:  # a UsageError, or a mistake in the user's definition
         print(f"texpr-ad {args.cmd}: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `texpr-ad show conv2d | head`
@@ -111,20 +111,23 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     if args.jobs < 1:
         raise UsageError("--jobs must be >= 1")
-    progress = None if args.no_progress else ProgressBar()
     base = Path(args.output or "")
     if base.suffix in {".md", ".json", ".html"}:
         base = base.with_suffix("")
+    formats = list(RENDERERS) if args.format == "table" else [args.format]
+    paths = [base.with_name(base.name + RENDERERS[f][0]) for f in formats] if args.output else []
+    _check_writable(paths)  # before the run, not after minutes of it
+    progress = None if args.no_progress else ProgressBar()
     hint = previous_seconds(base.with_name(base.name + ".json")) if args.output else {}
     report = run_coverage(entries, columns, jobs=args.jobs, progress=progress, cost_hint=hint)
 
     if args.output:
-        formats = list(RENDERERS) if args.format == "table" else [args.format]
-        base.parent.mkdir(parents=True, exist_ok=True)
-        for f in formats:
-            ext, fn = RENDERERS[f]
-            path = base.with_name(base.name + ext)
-            path.write_text(fn(report), encoding="utf-8")
+        for f, path in zip(formats, paths, strict=True):
+            try:
+                path.write_text(RENDERERS[f][1](report), encoding="utf-8")
+            except OSError as e:
+                raise UsageError(f"-o {args.output}: cannot write {path} ({e.strerror or e})") \
+                    from None
             print(f"wrote {path}", file=sys.stderr)
     if args.format == "table":
         color = {"always": True, "never": False}.get(args.color,
@@ -137,6 +140,20 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         print(report.kernels_line())
         print(report.summary_line())
     return 1 if report.failures else 0
+
+
+def _check_writable(paths: Sequence[Path]) -> None:
+    """Raise a UsageError unless every path in `paths` can be created or overwritten."""
+    import tempfile
+    for path in paths:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_dir():
+                raise IsADirectoryError(21, "is a folder")
+            tempfile.TemporaryFile(dir=path.parent).close()
+        except OSError as e:
+            why = f"{e.strerror}: {e.filename}" if e.filename else (e.strerror or str(e))
+            raise UsageError(f"-o: cannot write {path} ({why}); choose a writable path") from None
 
 
 # -- show --------------------------------------------------------------------------------------
@@ -211,11 +228,29 @@ def load_user_op(spec: str) -> Any:
     mod_spec = importlib.util.spec_from_file_location(f"texpr_user_{file.stem}", file)
     assert mod_spec is not None and mod_spec.loader is not None
     mod = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(mod)
+    _run_user(file, f"importing {path}", mod_spec.loader.exec_module, mod)
     fn = getattr(mod, func, None)
     if not callable(fn):
         raise UsageError(f"{path} has no function {func!r}")
     return fn
+
+
+def _run_user(file: Path, what: str, fn: Any, *args: Any) -> Any:
+    """`fn(*args)` (user code), with any exception it raises made a UsageError that says where
+    in `file` it came from (no traceback: exit code 2)."""
+    try:
+        return fn(*args)
+    except SyntaxError as e:
+        raise UsageError(f"{what}: syntax error in {e.filename} line {e.lineno}: {e.msg}") \
+            from None
+    except TexprError as e:
+        raise UsageError(f"{what}: {e}") from None
+    except (Exception, SystemExit) as e:
+        import traceback
+        frames = [f for f in traceback.extract_tb(e.__traceback__)
+                  if Path(f.filename).resolve() == file.resolve()]
+        where = f" ({file.name} line {frames[-1].lineno})" if frames else ""
+        raise UsageError(f"{what} raised {type(e).__name__}: {e}{where}") from None
 
 
 def _parse_shapes(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
@@ -226,6 +261,8 @@ def _parse_shapes(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
             if not sep:
                 raise ValueError
             out[name] = tuple(int(d) for d in dims.lower().split("x")) if dims else ()
+            if any(d < 0 for d in out[name]):
+                raise ValueError
         except ValueError:
             raise UsageError(f"--shapes expects NAME=4x5 (or NAME= for a scalar), got {it!r}") \
                 from None
@@ -259,14 +296,17 @@ def cmd_grad(args: argparse.Namespace) -> int:
     from ..te.tensor import Tensor
 
     fn = load_user_op(args.target)
-    res = fn()
+    res = _run_user(Path(args.target.rpartition(":")[0]), f"calling {args.target}", fn)
     if not (isinstance(res, tuple) and len(res) == 2):
         raise UsageError(f"{args.target} must return (outputs, inputs), got {type(res).__name__}")
-    outputs, inputs = ([res_i] if isinstance(res_i, Tensor) else list(res_i) for res_i in res)
+    outputs, inputs = ([r] if isinstance(r, Tensor) else list(r) if isinstance(r, (list, tuple))
+                       else [r] for r in res)
     for t in outputs + inputs:
         if not isinstance(t, Tensor):
             raise UsageError(f"{args.target}: outputs and inputs must be te tensors, "
                              f"got {type(t).__name__}")
+    if not outputs:
+        raise UsageError(f"{args.target} returned no outputs; return (outputs, inputs)")
     shapes = _parse_shapes(args.shapes)
     unknown = set(shapes) - {x.name for x in inputs}
     if unknown:
