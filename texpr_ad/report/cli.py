@@ -2,6 +2,7 @@
 
     texpr-ad coverage [--ops GLOB] [--targets cpu,torch,tvm,cuda] [--format table|md|json|html]
                       [-o PATH] [--jobs N]
+    texpr-ad coverage --relax [--ops GLOB] [--format table|md|json] [-o PATH]
     texpr-ad show OP
     texpr-ad grad FILE.py:FUNC [--shapes NAME=4x5 ...] [--seed S]
 
@@ -53,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     c.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     c.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    c.add_argument("--relax", action="store_true",
+                   help="the Relax matrix instead: every Relax tensor op of the installed TVM "
+                        "through relax.transform.Gradient (needs apache-tvm; writes PATH.relax.*)")
 
     s = sub.add_parser("show", help="an operator's forward, adjoints, plan and kernel source")
     s.add_argument("op")
@@ -82,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     match args.cmd:
         case "coverage":
-            return cmd_coverage(args)
+            return cmd_relax(args) if args.relax else cmd_coverage(args)
         case "show":
             return cmd_show(args)
         case "grad":
@@ -154,6 +158,38 @@ def _check_writable(paths: Sequence[Path]) -> None:
         except OSError as e:
             why = f"{e.strerror}: {e.filename}" if e.filename else (e.strerror or str(e))
             raise UsageError(f"-o: cannot write {path} ({why}); choose a writable path") from None
+
+
+def cmd_relax(args: argparse.Namespace) -> int:
+    """`coverage --relax`: the Relax matrix (report/relax_matrix.py)."""
+    import importlib.util
+    if importlib.util.find_spec("tvm") is None:
+        raise UsageError("--relax needs apache-tvm (pip install 'texpr_ad[tvm]')")
+    from .relax_matrix import render_relax_json, render_relax_markdown, render_relax_table, \
+        run_relax_matrix, select_ops, summary_lines, write_relax_report
+    ops = select_ops(args.ops)
+    if not ops:
+        raise UsageError(f"--ops {args.ops!r} matches no Relax tensor op (e.g. 'relax.nn.*')")
+    if args.format == "html":
+        raise UsageError("--relax writes md and json (--format table, md or json)")
+    progress = None if args.no_progress else (
+        lambda op: print(f"\r\x1b[K{op}", end="", file=sys.stderr, flush=True))
+    rep = run_relax_matrix(ops, progress=progress)
+    if progress:
+        print("\r\x1b[K", end="", file=sys.stderr)
+    if args.output:
+        base = Path(args.output)
+        base = base.with_suffix("") if base.suffix in {".md", ".json"} else base
+        formats = ["md", "json"] if args.format == "table" else [args.format]
+        for path in write_relax_report(rep, base, formats):
+            print(f"wrote {path}", file=sys.stderr)
+    if args.format == "table":
+        print(render_relax_table(rep))
+    elif not args.output:
+        print((render_relax_markdown if args.format == "md" else render_relax_json)(rep), end="")
+    else:
+        print("\n".join(summary_lines(rep)))
+    return 1 if rep.failures else 0
 
 
 # -- show --------------------------------------------------------------------------------------
