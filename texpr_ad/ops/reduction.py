@@ -221,10 +221,15 @@ def std(data: Tensor, axis: Any = None, keepdims: bool = False, unbiased: bool =
 def logsumexp(data: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
     """log(sum(exp(x))) over `axis`, stabilized: m + log(sum(exp(x - m))), m = max(x).
 
-    Any m gives the same value, so m is a `stop_gradient` in both places it is used.
+    Any finite m gives the same value, so m is a `stop_gradient` in both places it is used; an
+    infinite max shifts by 0 instead (as PyTorch), so a row of -inf gives -inf and a row holding
+    +inf gives +inf, not inf - inf = NaN.
     """
     axes = _axes(data, axis, "logsumexp")
-    m = max(data, axes, keepdims=True)
+    big = max(data, axes, keepdims=True)
+    m = te.compute(big.shape, lambda *i: te.if_then_else(
+        te.abs(big[i]) < te.max_value(data.dtype), big[i], te.const(0.0, data.dtype)),
+        name="T_max_finite")
     shape, to_input, raxes = reduce_map(data, axes, keepdims, "logsumexp")
     s = te.compute(shape, lambda *i: te.sum(
         te.exp(data[to_input(i)] - te.stop_gradient(m[_keep_index(to_input(i), axes)])), axis=raxes),
