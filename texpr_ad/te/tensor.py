@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 from ..errors import TexprError
 from . import dtype as dt
 from .expr import Const, Expr, IterVar, Read, Reduce, Var, as_expr, const, next_uid
-from .intervals import interval
+from .bounds import Verdict, bound, guarded_reads, read_verdicts
 from .ops import Op
 from .visit import children, free_vars, substitute, transform, walk
 
@@ -296,24 +296,25 @@ def _is_zero(e: Expr) -> bool:
 
 
 def _check_reads(bodies: tuple[Expr, ...], name: str) -> None:
-    """Reject reads that are out of bounds for every point of the domain (decidable cases)."""
+    """Reject reads that can be out of bounds at some point of the domain (te.bounds); reads
+    that depend on symbolic dims or tensor values are checked when the kernel runs."""
     for b in bodies:
-        for r in _unguarded_reads(b):
-            for d, (ix, ext) in enumerate(zip(r.indices, r.tensor.shape, strict=True)):
-                lo, hi = interval(ix)
-                if lo is not None and hi is not None and lo > hi:
-                    continue  # an empty range of some axis: the read never happens
-                n = ext.value if isinstance(ext, Const) else None
-                if (hi is not None and hi < 0) or (lo is not None and n is not None and lo >= n):
+        for r, known in guarded_reads(b):
+            for d, v in enumerate(read_verdicts(r, known)):
+                if v is Verdict.UNSAFE:
+                    ix, ext = r.indices[d], r.tensor.shape[d]
+                    lo, hi = bound(ix, upper=False), bound(ix, upper=True)
+                    rng = f"[{lo[1] if lo and not lo[0] else '?'}, {hi[1] if hi and not hi[0] else '?'}]"
                     raise TensorError(
                         f"compute {name!r}: read {r} is out of bounds in dim {d} of tensor "
                         f"{r.tensor.name!r} (shape {shape_str(r.tensor.shape)}): index `{ix}` "
-                        f"takes values in [{lo}, {hi}]; guard it with te.if_then_else or fix the index")
+                        f"takes values in {rng}, not all inside [0, {ext}); guard it with "
+                        "te.if_then_else / where= or fix the index")
 
 
 def _unguarded_reads(e: Expr) -> list[Read]:
     """Reads not inside a select branch nor under a reduction's `where=` (guarded reads may be
-    out of bounds where dead)."""
+    out of bounds where dead); used by texpr_ad.arrays."""
     out: list[Read] = []
 
     def go(x: Expr) -> None:

@@ -1,0 +1,374 @@
+"""Proving reads in bounds: each index dim is PROVEN, RUNTIME (checked by the kernel) or UNSAFE.
+
+A read `X[g(i)]` at dim d is safe when `0 <= g <= extent - 1` over its iteration domain.
+Both sides are "e >= 0" goals, proved by bounding `e` from below:
+
+* the affine form of `e` (te.affine) is bounded atom by atom: an IterVar by its `lo` or
+  `lo + extent - 1` (which may hold other axes: substituted until none is left, so bounds
+  that depend on outer axes work), floordiv/floormod by constants, min/max, casts;
+* what is left is affine in the symbolic dims (`te.var`, >= 0): nonnegative coefficients and
+  constant prove the goal; a constant below zero means the read can fall outside (UNSAFE);
+  symbolic dims or tensor values (a read in the index or in an axis bound) make it RUNTIME.
+
+Guards are facts `f >= 0` collected from select conditions, `where=` and the left side of
+`&`/`|` (`te.all`/`te.any` padding idioms): the goal `e >= 0` also holds when
+`e - f` (or `e - f1 - f2`) is bounded below by 0.  Example, padding:
+
+    P[h] = if_then_else(all(h - 1 >= 0, h - 1 < 4), X[h - 1], 0)    facts: h - 1 >= 0, 3 - (h - 1) >= 0
+    goal h - 1 >= 0:        (h - 1) - (h - 1) = 0 >= 0           PROVEN
+    goal 3 - (h - 1) >= 0:  (3 - (h - 1)) - (3 - (h - 1)) = 0    PROVEN
+
+A read whose guard is false (a fact bounded above below 0) or whose axes are empty is dead.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from itertools import combinations
+from typing import Iterator, Sequence
+
+from . import dtype as dt
+from .affine import to_affine
+from .expr import Call, Const, Expr, IterVar, Read, Reduce, Var
+from .intervals import interval
+from .ops import Op
+from .visit import children, walk
+
+Lin = tuple[dict[Expr, int], int]  # sum coeff * symbolic dim + const
+MAX_PAIRS = 8  # facts beyond this count are used one at a time only
+
+
+class Verdict(Enum):
+    PROVEN = "proven"
+    RUNTIME = "runtime"  # depends on symbolic dims or tensor values: checked when the kernel runs
+    UNSAFE = "unsafe"  # can be out of bounds for every choice of symbolic dims and values
+
+
+# -- bounds ----------------------------------------------------------------------------------
+
+def _add(acc: dict[Expr, int], b: dict[Expr, int], k: int) -> None:
+    for v, c in b.items():
+        acc[v] = acc.get(v, 0) + k * c
+
+
+def bound(e: Expr, upper: bool) -> Lin | None:
+    """A bound of integer `e` (upper or lower) affine in the symbolic dims; None: depends on
+    tensor values (or unknown)."""
+    aff = to_affine(e)
+    if aff is None:
+        return None
+    terms, c = aff
+    acc: dict[Expr, int] = {}
+    for atom, k in terms.items():
+        b = _atom_bound(atom, upper if k > 0 else not upper)
+        if b is None:
+            return None
+        _add(acc, b[0], k)
+        c += k * b[1]
+    return {v: k for v, k in acc.items() if k}, c
+
+
+def _const_bound(e: Expr, upper: bool) -> int | None:
+    b = bound(e, upper)
+    return b[1] if b is not None and not b[0] else None
+
+
+def _atom_bound(a: Expr, upper: bool) -> Lin | None:
+    match a:
+        case Var():
+            return {a: 1}, 0
+        case IterVar(lo=lo, extent=n):
+            return bound(lo + n - 1 if upper else lo, upper)
+        case Call(op=Op.CAST, args=(x,)) if dt.is_int(x.dtype):
+            return bound(x, upper)
+        case Call(op=Op.FLOORDIV, args=(x, Const(value=c))) if c > 0:
+            b = bound(x, upper)
+            if b is None or any(k % c for k in b[0].values()):
+                return _interval_bound(a, upper)
+            return {v: k // c for v, k in b[0].items()}, b[1] // c
+        case Call(op=Op.FLOORMOD, args=(x, Const(value=c))) if c > 0:
+            iv = _interval_bound(a, upper)
+            return iv if iv is not None else ({}, c - 1 if upper else 0)
+        case Call(op=Op.MIN | Op.MAX, args=(x, y)):
+            bx, by = _const_bound(x, upper), _const_bound(y, upper)
+            pick = min if a.op is Op.MIN else max
+            if bx is not None and by is not None:
+                return {}, pick(bx, by)
+            if upper == (a.op is Op.MIN):  # min's upper bound: either side's will do
+                return bound(x, upper) or bound(y, upper)
+            return None
+        case Call(op=Op.SELECT, args=(_, x, y)):
+            bx, by = _const_bound(x, upper), _const_bound(y, upper)
+            if bx is None or by is None:
+                return None
+            return {}, (max if upper else min)(bx, by)
+    return _interval_bound(a, upper)
+
+
+def _lin_expr(b: Lin, dtype: str) -> Expr:
+    out: Expr = Const(b[1], dtype)
+    for v, k in b[0].items():
+        out = out + k * v
+    return out
+
+
+def _interval_bound(a: Expr, upper: bool) -> Lin | None:
+    if any(isinstance(x, (Read, Var)) for x in walk(a)):
+        return None
+    lo, hi = interval(a)
+    v = hi if upper else lo
+    return None if v is None else ({}, v)
+
+
+# -- facts from conditions -----------------------------------------------------------------------
+
+def facts(cond: Expr, holds: bool = True) -> list[Expr]:
+    """Integer expressions known to be >= 0 where `cond` is `holds` (affine comparisons only)."""
+    match cond:
+        case Const(value=v):
+            return [] if bool(v) == holds else [Const(-1, "int64")]  # false guard: a dead read
+        case Call(op=Op.NOT, args=(x,)):
+            return facts(x, not holds)
+        case Call(op=Op.AND, args=(x, y)) if holds:
+            return facts(x) + facts(y)
+        case Call(op=Op.OR, args=(x, y)) if not holds:
+            return facts(x, False) + facts(y, False)
+        case Call(op=Op.LT | Op.LE | Op.GT | Op.GE | Op.EQ | Op.NE as op, args=(x, y)) \
+                if dt.is_int(x.dtype) and dt.is_int(y.dtype):
+            op = op if holds else _NEGATE[op]
+            return [Call(Op.NE, (x, y), "bool")] if op is Op.NE else _compare(op, x, y)
+    return []
+
+
+_NEGATE = {Op.LT: Op.GE, Op.LE: Op.GT, Op.GT: Op.LE, Op.GE: Op.LT, Op.EQ: Op.NE, Op.NE: Op.EQ}
+
+
+def _compare(op: Op, x: Expr, y: Expr) -> list[Expr]:
+    match op:
+        case Op.LT:
+            return [y - x - 1]
+        case Op.LE:
+            return [y - x]
+        case Op.GT:
+            return [x - y - 1]
+        case Op.GE:
+            return [x - y]
+        case Op.EQ:
+            return [x - y, y - x]
+    return []
+
+
+# -- reads with their guards --------------------------------------------------------------------
+
+def guarded_reads(e: Expr, known: Sequence[Expr] = ()) -> Iterator[tuple[Read, tuple[Expr, ...]]]:
+    """Every read in `e` (axis bounds of reductions included) with the facts that hold where it
+    is evaluated: select branches and the right side of `&`/`|` are lazy, a reduction's source
+    is evaluated only where its `where=` holds."""
+    stack: list[tuple[Expr, tuple[Expr, ...]]] = [(e, tuple(known))]
+    while stack:
+        x, fs = stack.pop()
+        match x:
+            case Read():
+                yield x, fs
+                stack.extend((i, fs) for i in x.indices)
+            case Call(op=Op.SELECT, args=(c, a, b)):
+                stack += [(c, fs), (a, fs + tuple(facts(c))), (b, fs + tuple(facts(c, False)))]
+            case Call(op=Op.AND | Op.OR, args=(a, b)):
+                stack += [(a, fs), (b, fs + tuple(facts(a, x.op is Op.AND)))]
+            case Reduce():
+                inner = fs + tuple(facts(x.condition))
+                stack += [(s, inner) for s in x.source] + [(i, fs) for i in x.init]
+                stack.append((x.condition, fs))
+                stack += [(b, fs) for ax in x.axis for b in (ax.lo, ax.extent)]
+            case _:
+                stack.extend((c, fs) for c in children(x))
+
+
+# -- the prover ---------------------------------------------------------------------------------
+
+BUDGET = 4000  # substitution steps per goal; past it the read is checked at run time
+
+
+def _and(a: Verdict, b: Verdict) -> Verdict:
+    if Verdict.UNSAFE in (a, b):
+        return Verdict.UNSAFE
+    return Verdict.RUNTIME if Verdict.RUNTIME in (a, b) else Verdict.PROVEN
+
+
+def _or(a: Verdict, b: Verdict) -> Verdict:
+    if Verdict.PROVEN in (a, b):
+        return Verdict.PROVEN
+    return Verdict.RUNTIME if Verdict.RUNTIME in (a, b) else Verdict.UNSAFE
+
+
+def _live_extent(n: Expr) -> Expr:
+    """`max(E, 0)` is E wherever the loop runs (an empty loop reads nothing)."""
+    while isinstance(n, Call) and n.op is Op.MAX:
+        a, b = n.args
+        if isinstance(b, Const) and b.value == 0:
+            n = a
+        elif isinstance(a, Const) and a.value == 0:
+            n = b
+        else:
+            break
+    return n
+
+
+def _excluded(v: IterVar, known: Sequence[Expr]) -> set[int]:
+    """Constants `v` differs from (`c != 0` guards of `c == 0 ? ... : c == 1 ? ... : X[c - 2]`)."""
+    out = set()
+    for f in known:
+        if isinstance(f, Call) and f.op is Op.NE:
+            x, y = f.args
+            if isinstance(y, IterVar):
+                x, y = y, x
+            if x.same_as(v) and isinstance(y, Const):
+                out.add(int(y.value))
+    return out
+
+
+def _inside(a: Expr) -> Iterator[Expr]:
+    if isinstance(a, IterVar):
+        yield from walk(a.lo)
+        yield from walk(a.extent)
+    else:
+        yield from walk(a)
+
+
+def _multiples(e: Expr, f: Expr) -> list[int]:
+    """Positive m for which `e - m * f` cancels an atom of `e` (1 always)."""
+    ae, af = to_affine(e), to_affine(f)
+    ms = {1}
+    if ae is not None and af is not None:
+        for a, k in af[0].items():
+            q, r = divmod(ae[0].get(a, 0), k)
+            if r == 0 and q > 1:
+                ms.add(q)
+    return sorted(ms)
+
+
+class _Prover:
+    """Substitutes atoms by their extreme values, innermost first, until only symbolic dims are
+    left: `e >= 0` is then PROVEN, RUNTIME or UNSAFE (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def goal(self, e: Expr, known: Sequence[Expr]) -> Verdict:
+        """`e >= 0` using the facts `known` (one at a time, or two)."""
+        lin = [f for f in known if dt.is_int(f.dtype)]
+        cands = [e, *(e - m * f for f in lin for m in _multiples(e, f))]
+        if len(lin) <= MAX_PAIRS:
+            cands += [e - f - g for f, g in combinations(lin, 2)]
+        out = Verdict.UNSAFE
+        for d in cands:
+            out = _or(out, self.prove(d, known))
+            if out is Verdict.PROVEN:
+                break
+        return out
+
+    def prove(self, e: Expr, known: Sequence[Expr]) -> Verdict:
+        self.steps += 1
+        if self.steps > BUDGET:
+            return Verdict.RUNTIME
+        aff = to_affine(e)
+        if aff is None:
+            return Verdict.RUNTIME
+        terms, c = aff
+        atoms = [a for a in terms if not isinstance(a, Var)]
+        if not atoms:
+            if c >= 0 and all(k >= 0 for k in terms.values()):
+                return Verdict.PROVEN
+            return Verdict.RUNTIME if terms else Verdict.UNSAFE
+        # outermost first: an atom inside another atom or in an axis' bounds waits for it
+        inner = {x for a in atoms for x in _inside(a) if x is not a}
+        ready = [a for a in atoms if a not in inner] or atoms
+        composite = [a for a in ready if not isinstance(a, IterVar)]
+        a = composite[0] if composite else max(ready, key=lambda v: v.uid)  # type: ignore[attr-defined]
+        k = terms[a]
+        rest = e - k * a
+        return self.atom(a, k, rest, known)
+
+    def atom(self, a: Expr, k: int, rest: Expr, known: Sequence[Expr]
+             ) -> Verdict:
+        """Prove `rest + k * a >= 0` by replacing atom `a` (k > 0 wants its minimum)."""
+        low = k > 0
+        sub = lambda x: self.prove(rest + k * x, known)  # noqa: E731
+        match a:
+            case IterVar(lo=lo, extent=n):
+                if low:
+                    ex = _excluded(a, known)
+                    if isinstance(lo, Const) and int(lo.value) in ex:
+                        m = int(lo.value)
+                        while m in ex:
+                            m += 1
+                        lo = Const(m, lo.dtype)
+                    return sub(lo)
+                return sub(lo + _live_extent(n) - 1)
+            case Call(op=Op.CAST, args=(x,)) if dt.is_int(x.dtype):
+                return sub(x)
+            case Call(op=Op.MIN | Op.MAX, args=(x, y)):
+                both = low == (a.op is Op.MIN)  # min's minimum: both sides must do
+                vx = sub(x)
+                if both:
+                    return _and(vx, sub(y)) if vx is not Verdict.UNSAFE else vx
+                return vx if vx is Verdict.PROVEN else _or(vx, sub(y))
+            case Call(op=Op.SELECT, args=(cond, x, y)):
+                vx = self.goal(rest + k * x, [*known, *facts(cond)])
+                return _and(vx, self.goal(rest + k * y, [*known, *facts(cond, False)]))
+            case Call(op=Op.FLOORDIV, args=(y, Const(value=c))) if c > 0 and dt.is_int(a.dtype):
+                # y // c at its extreme floor(min y / c) or floor(max y / c), where y's bound is
+                # free of loop axes; else c * (rest + k * (y // c)) = c * rest + k * (y - y % c),
+                # exact and affine in y (reshapes: `x - 6 * (x // 6)` cancels to `x % 6`)
+                b = bound(y, not low)
+                v = Verdict.UNSAFE
+                if b is not None and all(kv % c == 0 for kv in b[0].values()):
+                    v = sub(_lin_expr(({x: kv // c for x, kv in b[0].items()}, b[1] // c), a.dtype))
+                if v is Verdict.PROVEN:
+                    return v
+                return _or(v, self.prove(c * rest + k * (y - Call(Op.FLOORMOD, (y, Const(c, y.dtype)),
+                                                                   a.dtype)), known))
+            case Call(op=Op.FLOORMOD, args=(y, Const(value=c))) if c > 0:
+                lo, hi = interval(a) if not any(isinstance(x, (Read, Var)) for x in walk(a)) \
+                    else (None, None)
+                return sub(Const((0 if lo is None else lo) if low else (c - 1 if hi is None else hi),
+                                 a.dtype))
+            case Read():
+                return Verdict.RUNTIME
+        b = _interval_bound(a, not low)
+        return Verdict.RUNTIME if b is None else sub(Const(b[1], a.dtype))
+
+
+def dead(idx: Sequence[Expr], known: Sequence[Expr]) -> bool:
+    """The read never happens: a guard is false everywhere, or an axis it uses is empty."""
+    if any(dt.is_int(f.dtype) and (b := _const_bound(f, True)) is not None and b < 0
+           for f in known):
+        return True
+    axes = {x for i in idx for x in walk(i) if isinstance(x, IterVar)}
+    return any((n := _const_bound(a.extent, True)) is not None and n <= 0 for a in axes)
+
+
+def dim_verdict(index: Expr, extent: Expr, known: Sequence[Expr] = ()) -> Verdict:
+    """Is `0 <= index < extent` wherever the facts `known` hold (both sides proven)?"""
+    p = _Prover()
+    lo = p.goal(index, known)
+    if lo is Verdict.UNSAFE:
+        return lo
+    return _and(lo, p.goal(extent - 1 - index, known))
+
+
+def read_verdicts(r: Read, known: Sequence[Expr] = ()) -> list[Verdict]:
+    """One verdict per dim of read `r`."""
+    if dead(r.indices, known):
+        return [Verdict.PROVEN] * len(r.indices)
+    return [dim_verdict(i, n, known) for i, n in zip(r.indices, r.tensor.shape, strict=True)]
+
+
+def unproven_dims(exprs: Sequence[Expr], known: Sequence[Expr] = ()) -> dict[Read, set[int]]:
+    """The dims of reads in `exprs` not proven in bounds: a kernel checks them when it runs."""
+    out: dict[Read, set[int]] = {}
+    for e in exprs:
+        for r, fs in guarded_reads(e, known):
+            for d, v in enumerate(read_verdicts(r, fs)):
+                if v is not Verdict.PROVEN:
+                    out.setdefault(r, set()).add(d)
+    return out
