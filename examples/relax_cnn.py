@@ -87,8 +87,9 @@ def stock_error() -> str | None:
     try:
         differentiate(build_model())
     except Exception as e:  # noqa: BLE001 - TVM's InternalError
-        return next((ln.strip() for ln in str(e).splitlines() if "FPrimalGradient" in ln),
+        line = next((ln for ln in str(e).splitlines() if "FPrimalGradient" in ln),
                     str(e).strip().splitlines()[-1])
+        return line[line.find("Attribute"):].strip() if "Attribute" in line else line.strip()
     return None
 
 

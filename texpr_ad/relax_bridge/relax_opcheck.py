@@ -157,12 +157,14 @@ def _check(op: str, seed: int, directions: int, t0: float) -> OpCheck:
 
 @contextlib.contextmanager
 def gradient_installed(op: str, fn: Any) -> Iterator[None]:
-    """Temporarily make `fn` the `FPrimalGradient` of `op` (restores what was there)."""
+    """Temporarily make `fn` the `FPrimalGradient` of `op` (None: no gradient at all, as in
+    stock TVM); restores what was there."""
     import tvm
     o = tvm.ir.Op.get(op)
     saved = o.get_attr("FPrimalGradient")
     o.reset_attr("FPrimalGradient")
-    tvm.ir.register_op_attr(op, "FPrimalGradient", fn, level=10)
+    if fn is not None:
+        tvm.ir.register_op_attr(op, "FPrimalGradient", fn, level=10)
     try:
         yield
     finally:

@@ -240,10 +240,12 @@ def register_missing_gradients(ops: Iterable[str] | None = None,
         if fn is None:
             summary.skipped[op] = c.reason
             continue
-        level = LEVEL_OVERRIDE if c.stock else LEVEL_MISSING
-        if _REGISTERED.get(op) is not fn:
-            tvm.ir.register_op_attr(op, "FPrimalGradient", fn, level=level)
-            _REGISTERED[op] = fn
+        if c.stock:  # replace TVM's at a higher level
+            tvm.ir.register_op_attr(op, "FPrimalGradient", fn, level=LEVEL_OVERRIDE)
+        else:  # none, or ours from an earlier call: (re)register
+            tvm.ir.Op.get(op).reset_attr("FPrimalGradient")
+            tvm.ir.register_op_attr(op, "FPrimalGradient", fn, level=LEVEL_MISSING)
+        _REGISTERED[op] = fn
         (summary.registered if fn is derived_gradient else summary.no_grad).append(op)
     return summary
 
