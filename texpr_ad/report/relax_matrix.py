@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 KINDS = {  # kind -> how the matrix says it
@@ -187,5 +188,31 @@ def render_relax_table(rep: RelaxReport) -> str:
 RELAX_RENDERERS = {"md": (".relax.md", render_relax_markdown),
                    "json": (".relax.json", render_relax_json)}
 
-__all__ = ["RELAX_RENDERERS", "RelaxReport", "RelaxRow", "render_relax_json", "summary_lines",
-           "render_relax_markdown", "render_relax_table", "run_relax_matrix"]
+
+
+def select_ops(globs: str) -> list[str]:
+    """Relax tensor ops and variants matching comma-separated globs ("*" is all of them)."""
+    import fnmatch
+    from ..relax_bridge.relax_ops import tensor_ops
+    from ..relax_bridge.relax_samples import VARIANTS
+    names = tensor_ops() + sorted(VARIANTS)
+    pats = [g.strip() for g in globs.split(",") if g.strip()] or ["*"]
+    return [n for n in names if any(fnmatch.fnmatchcase(n, p) or
+                                    fnmatch.fnmatchcase(n, "relax." + p) for p in pats)]
+
+
+def write_relax_report(rep: RelaxReport, base: Path, formats: list[str]) -> list[Path]:
+    """Write `<base>.relax.md` / `.relax.json` for `formats`; the paths written."""
+    out = []
+    for f in formats:
+        ext, fn = RELAX_RENDERERS[f]
+        path = base.with_name(base.name + ext)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(fn(rep), encoding="utf-8")
+        out.append(path)
+    return out
+
+
+__all__ = ["RELAX_RENDERERS", "RelaxReport", "RelaxRow", "render_relax_json",
+           "render_relax_markdown", "render_relax_table", "run_relax_matrix", "select_ops",
+           "summary_lines", "write_relax_report"]
