@@ -57,7 +57,7 @@ _INTRINSICS: dict[str, Callable[..., Expr]] = {
     "tirx.exp": te.exp, "tirx.log": te.log, "tirx.log1p": te.log1p, "tirx.sqrt": te.sqrt,
     "tirx.rsqrt": te.rsqrt, "tirx.tanh": te.tanh, "tirx.sigmoid": te.sigmoid, "tirx.erf": te.erf,
     "tirx.sin": te.sin, "tirx.cos": te.cos, "tirx.atan": te.atan, "tirx.fabs": te.abs,
-    "tirx.floor": te.floor, "tirx.ceil": te.ceil, "tirx.trunc": te.trunc,
+    "tirx.floor": te.floor, "tirx.ceil": te.ceil, "prim.ceil": te.ceil, "tirx.trunc": te.trunc,
     "tirx.round": te.round, "tirx.nearbyint": te.round, "tirx.pow": te.power,
     "tirx.shift_left": te.left_shift, "tirx.shift_right": te.right_shift,
     "prim.if_then_else": te.if_then_else, "tirx.if_then_else": te.if_then_else,
