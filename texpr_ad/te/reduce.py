@@ -20,11 +20,19 @@ def min_value(dtype: str) -> Expr:
     return const(float("-inf") if dt.is_float(d) else int(np.iinfo(d).min) if d != "bool" else False, d)
 
 
-def _axes(axis: Any) -> tuple[IterVar, ...]:
+def _axes(axis: Any, name: str) -> tuple[IterVar, ...]:
+    from .tensor import TensorError
     axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
+    if not axes:
+        raise TensorError(f"te.{name}: axis= is empty; pass the te.reduce_axis (or a list of "
+                          f"them) to reduce over")
     for a in axes:
-        if not (isinstance(a, IterVar) and a.kind == "reduce"):
-            raise TypeError(f"axis= must be reduce axes made with te.reduce_axis, got `{a}`")
+        if isinstance(a, IterVar) and a.kind != "reduce":
+            raise TensorError(f"te.{name}: axis {a.name!r} is a data axis of the compute (a lambda "
+                              f"argument), not a reduction axis; reduce over a te.reduce_axis")
+        if not isinstance(a, IterVar):
+            raise TensorError(f"te.{name}: axis= must be reduce axes made with te.reduce_axis, "
+                              f"got `{a}`")
     return axes
 
 
@@ -63,6 +71,8 @@ class Reducer:
 
     def __call__(self, expr: Any, axis: Any = None, where: Any = None, init: Any = None,
                  *args: Any) -> Any:
+        if isinstance(axis, (IterVar, list, tuple)):  # a reduction (TVM: an IterVar axis reduces)
+            _axes(axis, self.name)
         if axis is not None and not _is_axis_arg(axis) and where is None:
             # elementwise form: te.max(a, b)
             b = axis if isinstance(axis, Expr) else None
@@ -80,8 +90,12 @@ class Reducer:
         inits: tuple[Expr, ...] = ()
         if init is not None:
             iv = init if isinstance(init, (tuple, list)) else (init,)
+            if len(iv) != len(srcs):
+                from .tensor import TensorError
+                raise TensorError(f"te.{self.name}: init= has {len(iv)} values for {len(srcs)} "
+                                  f"reduced expressions; pass one per expression")
             inits = tuple(as_expr(x, s.dtype).astype(s.dtype) for x, s in zip(iv, srcs, strict=True))
-        axes = _axes(axis)
+        axes = _axes(axis, self.name)
         outs = tuple(Reduce(comb, srcs, axes, cond, i, s.dtype, inits) for i, s in enumerate(srcs))
         return outs if multi else outs[0]
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import TexprError
 from . import dtype as dt
-from .expr import Const, Expr, IterVar, Read, Reduce, Var, as_expr, const, next_uid
+from .expr import Call, Const, Expr, IterVar, Read, Reduce, Var, as_expr, const, next_uid
 from .bounds import Verdict, bound, guarded_reads, read_verdicts
 from .ops import Op
 from .visit import children, free_vars, substitute, transform, walk
@@ -253,6 +253,7 @@ def compute(shape: Any, fcompute: Callable[..., Any], name: str = "compute", tag
     bodies = tuple(as_expr(b) for b in (res if multi else (res,)))
     if not bodies:
         raise TensorError(f"compute {name!r}: the lambda returned no expression")
+    _check_definition(bodies, name)
     bodies = tuple(_split_nested(b, name, k) for k, b in enumerate(bodies))
     _check_reads(bodies, name)
     op = ComputeOp(name, axes, bodies, tag, dict(attrs or {}))
@@ -293,6 +294,39 @@ def _split_nested(body: Expr, name: str, k: int) -> Expr:
 
 def _is_zero(e: Expr) -> bool:
     return isinstance(e, Const) and e.value == 0
+
+
+_DIVISIONS = (Op.FLOORDIV, Op.FLOORMOD, Op.DIV)
+
+
+def _check_definition(bodies: tuple[Expr, ...], name: str) -> None:
+    """Malformed bodies: a reduce axis outside a reduction over it (or reduced twice, nested),
+    an integer division or modulo by a constant zero."""
+    stack: list[tuple[Expr, frozenset[IterVar]]] = [(b, frozenset()) for b in bodies]
+    while stack:
+        x, bound_axes = stack.pop()
+        match x:
+            case IterVar(kind="reduce") if x not in bound_axes:
+                raise TensorError(
+                    f"compute {name!r}: reduce axis {x.name!r} is used outside a reduction over "
+                    f"it; list it in axis= of the te.sum/max/min/prod that should reduce over it")
+            case Reduce():
+                twice = [a.name for a in x.axis if a in bound_axes]
+                if twice or len(set(x.axis)) < len(x.axis):
+                    which = twice or [a.name for a in x.axis if x.axis.count(a) > 1]
+                    raise TensorError(
+                        f"compute {name!r}: reduce axis {which[0]!r} is reduced twice (nested or "
+                        f"listed twice in axis=); make a separate te.reduce_axis for each reduction")
+                inner = bound_axes | set(x.axis)
+                stack += [(c, inner) for c in x.source + (x.condition,)]
+                stack += [(c, bound_axes) for c in x.init]
+                stack += [(b, inner) for a in x.axis for b in (a.lo, a.extent)]  # may use earlier axes
+            case Call(op=op, args=(_, Const(value=0))) if op in _DIVISIONS and dt.is_int(x.dtype):
+                raise TensorError(
+                    f"compute {name!r}: `{x}` divides by the constant 0 (integer "
+                    f"{op.name.lower()}); fix the divisor")
+            case _:
+                stack += [(c, bound_axes) for c in children(x)]
 
 
 def _check_reads(bodies: tuple[Expr, ...], name: str) -> None:
