@@ -1,16 +1,17 @@
 # Two entry points that bootstrap everything on a fresh machine:
 #   make report   - the coverage report over the built-in operators (the main job)
 #   make test     - the test suite
+#   make docs     - the documentation site (MkDocs, warnings are errors) -> site/
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EXTRAS ?= test,tvm,torch
+EXTRAS ?= test,tvm,torch,docs
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	touch $@
 
-.PHONY: report test bench clean
+.PHONY: report test bench docs clean
 report: $(VENV)/.installed
 	$(PY) -m texpr_ad coverage --format table -o reports/coverage --jobs 2
 	if $(PY) -c "import tvm" 2>/dev/null; then \
@@ -22,5 +23,10 @@ test: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) -m bench
 
+# the docs extra is installed here too when EXTRAS left it out; the build runs the docs' code
+docs: $(VENV)/.installed
+	$(PY) -c "import mkdocs, mkdocstrings, material" 2>/dev/null || $(PY) -m pip install -q -e ".[docs]"
+	$(PY) -m mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) reports .texpr_cache
+	rm -rf $(VENV) reports .texpr_cache site

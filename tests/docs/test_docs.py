@@ -1,0 +1,73 @@
+"""Every python block in docs/*.md runs, and the site builds with warnings as errors.
+
+The marker convention (`output`, `requires=MODULE`, `norun`) is in docs/writing_docs.md; the
+runner is docs/hooks.py, shared with the MkDocs hook that inserts the printed output.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+PAGES = sorted(p.name for p in DOCS.glob("*.md"))
+
+
+def _hooks():
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["docs_hooks"] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+hooks = _hooks()
+
+
+def test_pages_found():
+    assert {"index.md", "cli.md", "coverage_schema.md", "troubleshooting.md"} <= set(PAGES)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_code_runs(page: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page's python blocks run in order in one namespace (cwd = the repo root, so the
+    kernel cache is the usual .texpr_cache/)."""
+    monkeypatch.chdir(ROOT)
+    blocks = hooks.parse((DOCS / page).read_text(), f"docs/{page}")
+    if not blocks:
+        pytest.skip("no python blocks")
+    hooks.run(blocks, f"docs/{page}")
+    skipped = sorted({b.skipped for b in blocks if b.skipped and b.skipped != "norun"})
+    if skipped:
+        pytest.skip(f"docs/{page}: some blocks not run: {'; '.join(skipped)}")
+
+
+def test_markers_are_checked():
+    md = "```python outptu\nprint(1)\n```\n"
+    with pytest.raises(hooks.DocBlockError, match="unknown marker 'outptu'"):
+        hooks.parse(md, "x.md")
+
+
+def test_output_is_inserted_and_errors_name_the_line():
+    md = "text\n\n```python output\nprint(6 * 7)\n```\n\n```python norun\nx = ...\n```\n"
+    out = hooks.process(md, "x.md")
+    assert "```python\nprint(6 * 7)\n```" in out and "\n42\n" in out and "norun" not in out
+    with pytest.raises(hooks.DocBlockError, match=r"x\.md:3: .* raised ZeroDivisionError"):
+        hooks.process("a\n\n```python output\n1 / 0\n```\n", "x.md")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None,
+                    reason="mkdocs not installed (pip install -e '.[docs]')")
+def test_mkdocs_build_strict(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q",
+                        "-f", str(ROOT / "mkdocs.yml"), "-d", str(tmp_path / "site")],
+                       cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-8000:]
+    html = (tmp_path / "site" / "differentiation" / "index.html").read_text()
+    assert "output (produced by the docs build)" in html
