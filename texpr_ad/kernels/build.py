@@ -39,6 +39,22 @@ class KernelArgumentError(TexprError, ValueError):
     """An array passed to a kernel does not match its input (names the input and the fix)."""
 
 
+class KernelIndexError(KernelArgumentError, IndexError):
+    """A read or scatter index fell outside its tensor when the kernel ran (an index computed
+    from tensor values, a reduce range read from data, or symbolic dims that do not fit)."""
+
+
+def index_error(e: IndexError) -> Exception:
+    """The generated kernel's `IndexError(site, index, extent)` as a KernelIndexError."""
+    if len(e.args) != 3:
+        return e
+    site, i, n = e.args
+    return KernelIndexError(
+        f"{site} = {int(i)}, outside [0, {int(n)}) (extent {int(n)} of that dim); the arrays "
+        "passed (index values, data-dependent ranges or symbolic dims) make this read fall "
+        "outside the tensor: pass values in range or guard the read with te.if_then_else")
+
+
 def build(outputs: Sequence[Tensor] | Tensor, inputs: Sequence[Tensor], target: str = "cpu",
           plan_overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Kernel:
     """Compile `outputs` as a function of the placeholders `inputs` for `target`.
@@ -99,6 +115,8 @@ class Kernel:
                                     for s, d in self._ws_spec]
         try:
             res = self._fn(*args, *params, *ws)
+        except IndexError as e:
+            raise index_error(e) from None
         except Exception as e:
             if type(e).__module__.startswith("numba"):  # a bug of ours, not the user's: say where
                 raise RuntimeError(

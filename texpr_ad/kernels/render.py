@@ -21,6 +21,7 @@ import numpy as np
 from ..te import dtype as dt
 from ..te.expr import Call, CommReducer, Const, Expr, IterVar, Read, Reduce, Var
 from ..te.ops import Op
+from ..te.bounds import Verdict, dead, dim_verdict, facts, unproven_dims
 from ..te.printer import expr_str
 from ..te.tensor import Tensor
 from ..te.visit import children, walk
@@ -218,6 +219,8 @@ class _Render:
         self.row_dim: dict[int, int] = {}  # tensor id -> the dim a row buffer leaves out
         self.ws: set[int] = set()  # ids of the tensors passed in as workspace arguments
         self.recip: dict[Expr, str] = {}  # hoisted float32 divisors -> their reciprocal's name
+        self.unproven: dict[Read, set[int]] = {}  # read dims checked at run time (te.bounds)
+        self.sites: list[str] = []  # what each run-time index check guards, by site number
 
     # -- top level ---------------------------------------------------------------------
     def source(self) -> str:
@@ -235,17 +238,18 @@ class _Render:
         for group in groups:
             st = group[-1]
             self.lines, self.checked, self.scope = [], False, st.name
+            self.unproven = stage_unproven(group)
+            first_site = len(self.sites)
             if len(group) > 1:
                 self.joined(group)
             elif isinstance(st, ComputeStage):
                 self.compute(st)
             else:
                 self.scatter(st)
-            if self.checked:
-                what = ("a scatter index" if isinstance(st, ScatterStage) else
-                        "an index computed from tensor values")
-                self.emit(1, f"if {ERR_NAME}[0] != 0:")
-                self.emit(2, f'raise IndexError("stage {st.name}: {what} is out of bounds")')
+            for s in range(first_site, len(self.sites)):
+                self.emit(1, f"if {ERR_NAME}[{3 * s}] != 0:")
+                self.emit(2, f"raise IndexError({self.sites[s]!r}, {ERR_NAME}[{3 * s + 1}], "
+                             f"{ERR_NAME}[{3 * s + 2}])")
             body += self.lines
         rets = [self.tensor(t) if not _is_placeholder(t) else f"{self.tensor(t)}.copy()"
                 for t in p.outputs]
@@ -256,14 +260,16 @@ class _Render:
                f"{', '.join(t.name for t in p.outputs)}", *self.r.header, ""]
         if self.any_check:
             out += ["", *([self.r.helper_decorator] if self.r.helper_decorator else []),
-                    f"def {CHECK_NAME}(i, n, {ERR_NAME}):",
+                    f"def {CHECK_NAME}(i, n, {ERR_NAME}, s):",
                     "    if i < 0 or i >= n:",
-                    f"        {ERR_NAME}[0] = 1",
+                    f"        {ERR_NAME}[3 * s + 1] = i",
+                    f"        {ERR_NAME}[3 * s + 2] = n",
+                    f"        {ERR_NAME}[3 * s] = 1",
                     "        return 0",
                     "    return i", ""]
         out += ["", *([deco] if deco else []), f"def {KERNEL_NAME}({', '.join(args)}):"]
         if self.any_check:
-            out.append(f"    {ERR_NAME} = np.zeros(1, dtype=np.int64)")
+            out.append(f"    {ERR_NAME} = np.zeros({3 * len(self.sites)}, dtype=np.int64)")
         out += body
         out.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
         return "\n".join(out) + "\n"
@@ -301,8 +307,8 @@ class _Render:
                 parts = []
                 for d, i in enumerate(idx):
                     s = top(self.expr(i, env))
-                    if any(isinstance(x, Read) for x in walk(i)):
-                        s = self.check(s, f"{self.tensor(t)}.shape[{d}]")
+                    if any(isinstance(x, Read) for x in walk(i)) or d in self.unproven.get(e, ()):
+                        s = self.check(s, f"{self.tensor(t)}.shape[{d}]", read_site(e, d, self.scope))
                     parts.append(s)
                 return self.index(t, parts)
             case Call(op=op, args=args):
@@ -474,10 +480,12 @@ class _Render:
         raise NotImplementedError(f"the {self.r.target} renderer has no row accumulation")
 
     # -- scatter stages -----------------------------------------------------------------------------
-    def check(self, i: str, n: str) -> str:
-        """`i`, checked against the bound `n` at run time (data-dependent indices)."""
+    def check(self, i: str, n: str, site: str) -> str:
+        """`i`, checked against the bound `n` at run time (indices not proven in bounds when
+        defined: data-dependent, or over symbolic dims); `site` says which read, for the error."""
         self.checked = self.any_check = True
-        return f"{CHECK_NAME}({i}, {n}, {ERR_NAME})"
+        self.sites.append(site)
+        return f"{CHECK_NAME}({i}, {n}, {ERR_NAME}, {len(self.sites) - 1})"
 
     def scatter_updates(self, depth: int, st: ScatterStage, serial: Sequence[IterVar]
                         ) -> Iterator[tuple[int, list[str], str]]:
@@ -495,8 +503,10 @@ class _Render:
             idx = []
             for d, i in enumerate(u.index):
                 s = top(self.expr(i, {}))
-                if not (d == st.parallel_dim or isinstance(i, IterVar)):
-                    s = self.check(s, f"{self.tensor(st.tensor)}.shape[{d}]")
+                if scatter_dim_unproven(st, u, d):
+                    s = self.check(s, f"{self.tensor(st.tensor)}.shape[{d}]",
+                                   f"stage {st.name}: a scatter index is out of bounds: "
+                                   f"{st.tensor.name}[...] dim {d}, index `{expr_str(i)}`")
                 idx.append(s)
             yield d0, idx, top(self.expr(u.value, {}))
 
@@ -528,6 +538,43 @@ class _Render:
 
 
 # -- helpers ------------------------------------------------------------------------------------------
+
+def stage_unproven(group: Sequence[ComputeStage | ScatterStage]) -> dict[Read, set[int]]:
+    """Read dims of a stage (or joined group) that te.bounds cannot prove in bounds; a read in
+    several places is checked if one of them needs it."""
+    parts: list[tuple[Expr, tuple[Expr, ...]]] = []
+    for st in group:
+        if isinstance(st, ComputeStage):
+            parts += [(b, ()) for b in st.bodies]
+        else:
+            for u in st.updates:
+                parts += [(u.condition, ())]
+                parts += [(e, tuple(facts(u.condition))) for e in (*u.index, u.value)]
+    out: dict[Read, set[int]] = {}
+    for e, known in parts:
+        for r, dims in unproven_dims([e], known).items():
+            out.setdefault(r, set()).update(dims)
+    return out
+
+
+def scatter_dim_unproven(st: ScatterStage, u, d: int) -> bool:  # type: ignore[no-untyped-def]
+    """A scatter's target index dim `d` must be checked (not proven inside the target)."""
+    if d == st.parallel_dim and isinstance(u.index[d], IterVar):
+        return False
+    known = facts(u.condition)
+    if dead(u.index, known):
+        return False
+    return dim_verdict(u.index[d], st.shape[d], known) is not Verdict.PROVEN
+
+
+def read_site(r: Read, d: int, stage: str) -> str:
+    """The error text of a run-time check of read `r` at dim `d`."""
+    what = ("an index computed from tensor values" if any(isinstance(x, Read) for x in
+                                                           walk(r.indices[d]))
+            else "an index")
+    return (f"stage {stage}: {what} is out of bounds: read {expr_str(r)} of tensor "
+            f"{r.tensor.name!r}, dim {d}, index `{expr_str(r.indices[d])}`")
+
 
 def _invariant_exprs(bodies: Sequence[Expr], inner: set[IterVar]) -> list[Expr]:
     """The largest subexpressions evaluated on every iteration that read a tensor but use none
