@@ -17,7 +17,7 @@ from ..te import dtype as dt
 from ..te.expr import Call, Const, Expr, Read, Reduce
 from ..te.ops import Op
 from ..te.tensor import Tensor
-from ..te.visit import children
+from ..te.visit import children, walk
 from .errors import NotDifferentiableError
 from .rules import PARTIALS
 
@@ -45,22 +45,17 @@ def _mul(a: Expr | None, b: Expr) -> Expr:
 
 def collect(e: Expr, wanted: Callable[[Tensor], bool], where: str) -> list[Contribution]:
     """All contributions of reads of `wanted` tensors in `e` (reads in indices excluded)."""
-    needs_memo: dict[int, bool] = {}
-
-    def needs(x: Expr) -> bool:
-        k = id(x)
-        if k not in needs_memo:
-            if isinstance(x, Read):
-                needs_memo[k] = wanted(x.tensor) and dt.is_float(x.dtype)
-            else:
-                needs_memo[k] = any(needs(c) for c in children(x))
-        return needs_memo[k]
+    needs: dict[int, bool] = {}  # id(node) -> whether a wanted float read is below it
+    for x in walk(e):
+        needs[id(x)] = (wanted(x.tensor) and dt.is_float(x.dtype) if isinstance(x, Read)
+                        else any(needs[id(c)] for c in children(x)))
 
     out: dict[tuple[Read, tuple[Expr, ...]], Expr] = {}
-
-    def go(x: Expr, adj: Expr | None, guards: tuple[Expr, ...]) -> None:
-        if not needs(x):
-            return
+    stack: list[tuple[Expr, Expr | None, tuple[Expr, ...]]] = [(e, None, ())]
+    while stack:  # preorder with an explicit stack: any depth
+        x, adj, guards = stack.pop()
+        if not needs[id(x)]:
+            continue
         match x:
             case Read():
                 key = (x, guards)
@@ -68,19 +63,17 @@ def collect(e: Expr, wanted: Callable[[Tensor], bool], where: str) -> list[Contr
                 c = adj if adj is not None else one
                 out[key] = c if key not in out else out[key] + c
             case Call(op=Op.SELECT, args=(c, a, b)):
-                go(a, adj, guards + (c,))
-                go(b, adj, guards + (Call(Op.NOT, (c,), "bool"),))
+                stack.append((b, adj, guards + (Call(Op.NOT, (c,), "bool"),)))
+                stack.append((a, adj, guards + (c,)))
             case Call(op=op, args=args):
                 rule = PARTIALS.get(op)
                 if rule is None:
                     raise NotDifferentiableError(f"{where}: no derivative rule for `{op.name.lower()}` "
                                                  f"in `{x}`")
-                for arg, p in zip(args, rule(x), strict=True):
-                    if p is not None and needs(arg):
-                        go(arg, _mul(adj, p), guards)
+                stack.extend(reversed([(arg, _mul(adj, p), guards)
+                                       for arg, p in zip(args, rule(x), strict=True)
+                                       if p is not None and needs[id(arg)]]))
             case Reduce():
                 raise NotDifferentiableError(f"{where}: a reduction nested in an expression "
                                              "(te.compute splits these into stages)")
-
-    go(e, None, ())
     return [Contribution(r, c, g) for (r, g), c in out.items()]

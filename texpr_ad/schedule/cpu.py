@@ -158,22 +158,13 @@ def _split_div_mod(st: ComputeStage) -> ComputeStage:
     if ext is None or not _is_zero(a.lo) or (st.parallel and st.fused >= len(st.order)):
         return st
     factors: set[int] = set()
-    bare = False
-
-    def scan(e: Expr) -> None:
-        nonlocal bare
-        match e:
-            case Call(op=Op.FLOORDIV | Op.FLOORMOD, args=(x, Const(value=c))) if x is a:
-                factors.add(int(c))
-                return
-            case IterVar() if e is a:
-                bare = True
-                return
-        for c in children(e):
-            scan(c)
-
-    for b in st.bodies:
-        scan(b)
+    bare = any(b is a for b in st.bodies)
+    for x in (x for b in st.bodies for x in walk(b)):  # iterative: any depth
+        divmod_a = (isinstance(x, Call) and x.op in (Op.FLOORDIV, Op.FLOORMOD)
+                    and x.args[0] is a and isinstance(x.args[1], Const))
+        if divmod_a:
+            factors.add(int(x.args[1].value))  # type: ignore[attr-defined]
+        bare = bare or any(c is a for c in children(x)[1 if divmod_a else 0:])
     if bare or len(factors) != 1:
         return st
     (c,) = factors

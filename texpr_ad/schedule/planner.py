@@ -189,22 +189,33 @@ def _exprs(op: ComputeOp | ScatterOp) -> tuple[Expr, ...]:
 def _uses(ops: list[ComputeOp | ScatterOp]) -> dict[int, list[_Use]]:
     """Every read occurrence (a tree count: a read written twice is two uses), by producer op."""
     out: dict[int, list[_Use]] = {}
-
-    def go(e: Expr, op: ComputeOp | ScatterOp, under: bool, bound: bool) -> None:
-        if isinstance(e, Read):
-            out.setdefault(id(e.tensor.op), []).append(_Use(op, e, under, bound))
-        if isinstance(e, Reduce):
-            for ax in e.axis:
-                go(ax.lo, op, True, True)
-                go(ax.extent, op, True, True)
-            under = True
-        for c in children(e):
-            go(c, op, under, bound)
-
     for op in ops:
-        for e in _exprs(op):
-            go(e, op, False, False)
+        es = _exprs(op)
+        relevant = _reads_stage(es)
+        stack = [(e, False, False) for e in reversed(es)]
+        while stack:  # preorder, as a recursive walk would visit
+            e, under, bound = stack.pop()
+            if not relevant.get(id(e), True):  # reduce-axis bounds are not walked
+                continue
+            if isinstance(e, Read):
+                out.setdefault(id(e.tensor.op), []).append(_Use(op, e, under, bound))
+            kids = [(c, under or isinstance(e, Reduce), bound) for c in children(e)]
+            if isinstance(e, Reduce):
+                kids = [(b, True, True) for ax in e.axis for b in (ax.lo, ax.extent)] + kids
+            stack.extend(reversed(kids))
     return out
+
+
+def _reads_stage(es: Sequence[Expr]) -> dict[int, bool]:
+    """id(node) -> whether its tree may hold a read of a computed tensor (placeholder reads never
+    matter to inlining; skipping their subtrees keeps the tree walk of `_uses` small)."""
+    flag: dict[int, bool] = {}
+    for e in es:
+        for x in walk(e):
+            flag[id(x)] = isinstance(x, Reduce) or (
+                isinstance(x, Read) and not isinstance(x.tensor.op, PlaceholderOp)) or any(
+                flag[id(c)] for c in children(x))
+    return flag
 
 
 # -- 3. inlining ----------------------------------------------------------------------
@@ -252,31 +263,51 @@ def _simplify_indices(x: Expr) -> Expr | None:
 
 
 class _Expander:
-    """Substitute inlined stages into expressions, recursively and memoized."""
+    """Substitute inlined stages into expressions, memoized: each inlined stage's body is
+    expanded once (producers first, with an explicit stack, so chains of any length work),
+    then instantiated at each read."""
 
     def __init__(self, inlined: set[int], names: dict[int, str]) -> None:
         self.inlined, self.names = inlined, names
+        self.bodies: dict[int, Expr] = {}  # id(inlined op) -> body with inlined reads expanded
 
     def __call__(self, e: Expr) -> Expr:
-        def fn(x: Expr) -> Expr | None:
-            if isinstance(x, Read) and id(x.tensor.op) in self.inlined:
-                op = x.tensor.op
-                body = substitute(op.body[0], dict(zip(op.axis, x.indices, strict=True)))
-                return transform(self(body), _simplify_indices)
-            return None
-        return transform(e, fn)
+        self._expand_producers([e])
+        return transform(e, self._instantiate)
+
+    def _instantiate(self, x: Expr) -> Expr | None:
+        if isinstance(x, Read) and id(x.tensor.op) in self.inlined:
+            op = x.tensor.op
+            body = substitute(self.bodies[id(op)], dict(zip(op.axis, x.indices, strict=True)))
+            return transform(body, _simplify_indices)
+        return None
+
+    def _inlined_reads(self, es: Sequence[Expr]) -> list[Any]:
+        return list({id(x.tensor.op): x.tensor.op for e in es for x in walk(e)
+                     if isinstance(x, Read) and id(x.tensor.op) in self.inlined}.values())
+
+    def _expand_producers(self, es: Sequence[Expr]) -> None:
+        stack = [(op, False) for op in self._inlined_reads(es)]
+        while stack:
+            op, ready = stack.pop()
+            if id(op) in self.bodies:
+                continue
+            if ready:
+                self.bodies[id(op)] = transform(op.body[0], self._instantiate)
+                continue
+            stack.append((op, True))
+            stack.extend((p, False) for p in self._inlined_reads(op.body) if id(p) not in self.bodies)
 
     def names_in(self, exprs: Sequence[Expr]) -> tuple[str, ...]:
         """Names of the inlined stages read (directly or through each other) by `exprs`."""
         found: dict[str, None] = {}
-
-        def scan(es: Sequence[Expr]) -> None:
-            for e in es:
-                for x in walk(e):
-                    if isinstance(x, Read) and id(x.tensor.op) in self.inlined:
-                        found[self.names[id(x.tensor.op)]] = None
-                        scan(x.tensor.op.body)
-        scan(exprs)
+        stack = list(reversed(self._inlined_reads(exprs)))
+        while stack:
+            op = stack.pop()
+            if self.names[id(op)] in found:
+                continue
+            found[self.names[id(op)]] = None
+            stack.extend(reversed(self._inlined_reads(op.body)))
         return tuple(found)
 
 

@@ -54,17 +54,33 @@ class Expr:
         return tuple(getattr(self, f.name) for f in fields(self) if f.compare)  # type: ignore[arg-type]
 
     def same_as(self, other: object) -> bool:
-        if self is other:
-            return True
-        if type(self) is not type(other):
-            return False
-        return self._key() == other._key()  # type: ignore[attr-defined]
+        """Structural equality, compared with an explicit stack (no recursion-depth limit)."""
+        stack: list[tuple[object, object]] = [(self, other)]
+        while stack:
+            a, b = stack.pop()
+            if a is b:
+                continue
+            if type(a) is not type(b):
+                return False
+            if isinstance(a, tuple):
+                if len(a) != len(b):  # type: ignore[arg-type]
+                    return False
+                stack.extend(zip(a, b))  # type: ignore[call-overload]
+            elif isinstance(a, Expr):
+                ha, hb = a.__dict__.get("_h"), b.__dict__.get("_h")
+                if ha is not None and hb is not None and ha != hb:
+                    return False
+                stack.extend(zip(a._key(), b._key()))  # type: ignore[attr-defined]
+            elif not a == b:
+                return False
+        return True
 
     def __hash__(self) -> int:
-        h = self.__dict__.get("_h") if hasattr(self, "__dict__") else None
+        h = self.__dict__.get("_h")
         if h is None:
-            h = hash((type(self).__name__, self._key()))
-            object.__setattr__(self, "_h", h)
+            for x in _unhashed_postorder(self):  # children first, so no recursion below
+                object.__setattr__(x, "_h", hash((type(x).__name__, x._key())))
+            h = self.__dict__["_h"]
         return h
 
     def __eq__(self, other: object) -> "EqualOp":  # type: ignore[override]
@@ -136,6 +152,27 @@ class Expr:
         return expr_str(self)
 
     __repr__ = __str__
+
+
+def _unhashed_postorder(e: Expr) -> list[Expr]:
+    """Nodes below (and including) `e` without a cached hash, children before parents."""
+    out: list[Expr] = []
+    stack: list[tuple[Expr, bool]] = [(e, False)]
+    seen: set[int] = set()
+    while stack:
+        x, ready = stack.pop()
+        if ready:
+            out.append(x)
+            continue
+        if id(x) in seen or "_h" in x.__dict__:
+            continue
+        seen.add(id(x))
+        stack.append((x, True))
+        for f in x._key():
+            for c in (f if isinstance(f, tuple) else (f,)):
+                if isinstance(c, Expr) and "_h" not in c.__dict__:
+                    stack.append((c, False))
+    return out
 
 
 class EqualOp:

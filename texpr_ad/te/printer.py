@@ -33,50 +33,60 @@ def _prec(e: Expr) -> int:
     return ATOM_PRECEDENCE
 
 
-def _typed(e: Expr, siblings: tuple[Expr, ...]) -> str:
+def _typed(e: Expr, siblings: tuple[Expr, ...], memo: dict[int, str]) -> str:
     """A constant prints bare when a sibling fixes its dtype (or it is int32/float32/bool)."""
     if isinstance(e, Const) and e.dtype not in ("int32", "float32", "bool") and not any(
             not isinstance(s, Const) and s.dtype == e.dtype for s in siblings if s is not e):
         v = e.value
         return f'const({v!r}, "{e.dtype}")' if not isinstance(v, float) or math.isfinite(v) \
             else f'const(float("{v}"), "{e.dtype}")'
-    return expr_str(e)
+    return memo[id(e)]
 
 
 def expr_str(e: Expr) -> str:
+    """`e` as te-like Python; iterative (children first), so any depth prints."""
+    from .visit import walk
+    memo: dict[int, str] = {}
+    for x in walk(e):
+        memo[id(x)] = _node_str(x, memo)
+    return memo[id(e)]
+
+
+def _node_str(e: Expr, memo: dict[int, str]) -> str:
+    """One node, its children already printed in `memo` (by id)."""
     match e:
         case Const():
             return _const(e)
         case Var(name=n) | IterVar(name=n):
             return n
         case Read(tensor=t, indices=idx):
-            return f"{t.name}[{', '.join(expr_str(i) for i in idx) if idx else '()'}]"
+            return f"{t.name}[{', '.join(memo[id(i)] for i in idx) if idx else '()'}]"
         case Reduce():
-            return _reduce_str(e)
+            return _reduce_str(e, memo)
         case Call(op=op, args=args):
             if op in INFIX:
                 p = PRECEDENCE[op]
                 a, b = args
                 # left-assoc: right operand needs parens at equal precedence (except ** which is right-assoc)
-                sa = _paren(a, p + (1 if op is Op.POW else 0), args)
+                sa = _paren(a, p + (1 if op is Op.POW else 0), memo, args)
                 if op in COMPARE and isinstance(a, Const) and not isinstance(b, Const):
                     sa = f'const({a.value!r}, "{a.dtype}")'  # `0 <= x` would reflect to x >= 0
-                sb = _paren(b, p + (0 if op is Op.POW else 1), args)
+                sb = _paren(b, p + (0 if op is Op.POW else 1), memo, args)
                 return f"{sa} {INFIX[op]} {sb}"
             if op is Op.NEG:
-                return f"-{_paren(args[0], UNARY_PRECEDENCE)}"
+                return f"-{_paren(args[0], UNARY_PRECEDENCE, memo)}"
             if op is Op.CAST:
                 if isinstance(args[0], Const):
                     return f'const({args[0].value!r}, "{e.dtype}")'
-                return f'{_paren(args[0], ATOM_PRECEDENCE)}.astype("{e.dtype}")'
+                return f'{_paren(args[0], ATOM_PRECEDENCE, memo)}.astype("{e.dtype}")'
             name = _FUNC.get(op, op.name.lower())
             sib = args[1:] if op is Op.SELECT else args
-            return f"{name}({', '.join(_typed(a, sib) for a in args)})"
+            return f"{name}({', '.join(_typed(a, sib, memo) for a in args)})"
     return f"<{type(e).__name__}>"
 
 
-def _paren(e: Expr, need: int, siblings: tuple[Expr, ...] = ()) -> str:
-    s = _typed(e, siblings)
+def _paren(e: Expr, need: int, memo: dict[int, str], siblings: tuple[Expr, ...] = ()) -> str:
+    s = _typed(e, siblings, memo)
     return f"({s})" if _prec(e) < need else s
 
 
@@ -85,14 +95,15 @@ def _axes_str(axes: tuple[IterVar, ...]) -> str:
     return names[0] if len(names) == 1 else f"[{', '.join(names)}]"
 
 
-def _reduce_str(r: Reduce) -> str:
+def _reduce_str(r: Reduce, memo: dict[int, str]) -> str:
     kind = r.combiner.kind
-    src = expr_str(r.source[0]) if len(r.source) == 1 else f"({', '.join(map(expr_str, r.source))})"
+    src = memo[id(r.source[0])] if len(r.source) == 1 else \
+        f"({', '.join(memo[id(s)] for s in r.source)})"
     extra = ""
     if not (isinstance(r.condition, Const) and r.condition.value is True):
-        extra += f", where={expr_str(r.condition)}"
+        extra += f", where={memo[id(r.condition)]}"
     if r.init:
-        extra += f", init={', '.join(map(expr_str, r.init))}"
+        extra += f", init={', '.join(memo[id(i)] for i in r.init)}"
     name = kind if kind != "custom" else (r.combiner.name or "reducer")
     s = f"{name}({src}, axis={_axes_str(r.axis)}{extra})"
     return s if len(r.source) == 1 else f"{s}[{r.value_index}]"

@@ -33,20 +33,25 @@ def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
 
 
 def transform(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
-    """Rewrite bottom-up: children first, then `fn` on the rebuilt node (None keeps it)."""
-    memo: dict[int, tuple[Expr, Expr]] = {}
+    """Rewrite bottom-up: children first, then `fn` on the rebuilt node (None keeps it).
 
-    def go(x: Expr) -> Expr:
-        hit = memo.get(id(x))
-        if hit is not None:
-            return hit[1]
-        y = rebuild(x, tuple(go(c) for c in children(x)))
+    Iterative (an explicit stack), so expression depth is not bounded by Python's recursion
+    limit; each distinct node (by identity) is rewritten once."""
+    memo: dict[int, tuple[Expr, Expr]] = {}  # id(x) -> (x kept alive, image)
+    stack: list[tuple[Expr, bool]] = [(e, False)]
+    while stack:
+        x, ready = stack.pop()
+        if id(x) in memo:
+            continue
+        kids = children(x)
+        if not ready:
+            stack.append((x, True))
+            stack.extend((c, False) for c in reversed(kids) if id(c) not in memo)
+            continue
+        y = rebuild(x, tuple(memo[id(c)][1] for c in kids))
         r = fn(y)
-        out = y if r is None else r
-        memo[id(x)] = (x, out)
-        return out
-
-    return go(e)
+        memo[id(x)] = (x, y if r is None else r)
+    return memo[id(e)][1]
 
 
 def substitute(e: Expr, mapping: dict[Expr, Expr]) -> Expr:
