@@ -25,7 +25,10 @@ from ..errors import TexprError
 from .._env import debug_level
 from ..schedule.plan import Plan, ScheduleError
 from ..schedule.planner import plan_kernel
+from ..schedule.plan import ComputeStage
+from ..te import dtype as dt
 from ..te.expr import Call, Const, Expr, Var
+from ..te.ops import Op
 from ..te.interp import NUMPY_IMPL
 from ..te.tensor import Tensor, shape_str
 from ..te.visit import walk
@@ -162,8 +165,36 @@ class Kernel:
                 sym = f" = {want} (with {binding})" if used else ""
                 raise KernelArgumentError(
                     f"input {t.name!r} must have shape {shape_str(t.shape)}{sym}, got {a.shape}")
+        if "_divs" not in self.__dict__:
+            self._divs = symbolic_divisors(self.plan)
+        for b, (x, stage) in self._divs.items():
+            if _index_value(b, env) == 0:
+                binding = ", ".join(f"{v.name}={env[v]}" for v in env if any(
+                    y.same_as(v) for y in walk(b)))
+                raise KernelArgumentError(
+                    f"stage {stage}: `{x}` divides by `{b}` = 0 (with {binding}); pass arrays "
+                    f"whose shapes make the divisor nonzero")
         args = [np.ascontiguousarray(a) if a.ndim else a.reshape(1) for a in xs]
         return args, [env[v] for v in self.plan.params]
+
+
+_DIVISIONS = (Op.FLOORDIV, Op.FLOORMOD, Op.DIV)
+
+
+def symbolic_divisors(plan: Plan) -> dict[Expr, tuple[Expr, str]]:
+    """Integer divisors made of symbolic dims only (`i // n`), with a division using each and its
+    stage: checked nonzero once per call (a constant 0 is a TensorError at definition)."""
+    found: dict[Expr, tuple[Expr, str]] = {}
+    for st in plan.stages:
+        exprs = st.bodies if isinstance(st, ComputeStage) else [e for u in st.updates for e in u.exprs]
+        for e in exprs:
+            for x in walk(e):
+                if isinstance(x, Call) and x.op in _DIVISIONS and dt.is_int(x.dtype):
+                    b = x.args[1]
+                    if not isinstance(b, Const) and all(isinstance(y, (Var, Const, Call))
+                                                        for y in walk(b)):
+                        found.setdefault(b, (x, st.name))
+    return found
 
 
 def _index_value(e: Expr, env: Mapping[Var, int]) -> int:
