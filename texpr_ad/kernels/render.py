@@ -28,6 +28,8 @@ from ..te.visit import children, walk
 from ..schedule.plan import ComputeStage, Plan, ScatterStage
 
 KERNEL_NAME = "texpr_kernel"
+NEST_LIMIT = 24  # deeper subexpressions are bound to locals (Python's parser stops at 200 parens)
+SHARE_MIN = 80  # a repeated subexpression longer than this is bound to a local once
 CHECK_NAME = "_chk"
 ERR_NAME = "err"
 
@@ -219,6 +221,7 @@ class _Render:
         self.row_dim: dict[int, int] = {}  # tensor id -> the dim a row buffer leaves out
         self.ws: set[int] = set()  # ids of the tensors passed in as workspace arguments
         self.recip: dict[Expr, str] = {}  # hoisted float32 divisors -> their reciprocal's name
+        self.pending: list[str] = []  # locals bound by `expr`, emitted before the next statement
         self.unproven: dict[Read, set[int]] = {}  # read dims checked at run time (te.bounds)
         self.sites: list[str] = []  # what each run-time index check guards, by site number
 
@@ -276,6 +279,9 @@ class _Render:
         return "\n".join(out) + "\n"
 
     def emit(self, depth: int, text: str) -> None:
+        """Append a statement, after the locals its expressions bound (see `expr`)."""
+        self.lines.extend("    " * depth + b for b in self.pending)
+        self.pending.clear()
         self.lines.append("    " * depth + text)
 
     def tensor(self, t: Tensor) -> str:
@@ -287,34 +293,58 @@ class _Render:
 
     # -- expressions ----------------------------------------------------------------------
     def expr(self, e: Expr, env: dict[Expr, str]) -> str:
-        match e:
+        """`e` as source.  Iterative over the expression DAG; a subexpression that would nest
+        deeper than `NEST_LIMIT` or that repeats with more than `SHARE_MIN` characters is bound
+        to a local first (`pending`, written before the next emitted statement), where it is
+        evaluated on every path (not in a select branch or the right side of `and`/`or`)."""
+        strict, uses = _occurrences(e, env, self.recip)
+        text: dict[Expr, str] = {}
+        nest: dict[Expr, int] = {}
+        has_read: dict[Expr, bool] = {}
+        for x in _postorder(e, env, self.recip):
+            s, n = self._node(x, env, text, nest, has_read)
+            if (n > NEST_LIMIT or (uses.get(x, 0) > 1 and len(s) > SHARE_MIN)) and x in strict \
+                    and isinstance(x, (Call, Read)) and x not in env:
+                name = self.names.fresh(f"{self.scope or 'v'}_t")
+                self.pending.append(f"{name} = {top(s)}")
+                s, n = name, 0
+            text[x], nest[x] = s, n
+        return text[e]
+
+    def _node(self, x: Expr, env: dict[Expr, str], text: dict[Expr, str], nest: dict[Expr, int],
+              has_read: dict[Expr, bool]) -> tuple[str, int]:
+        """One node rendered from its children's text: (source, nesting depth)."""
+        kids = _render_children(x, env, self.recip)
+        has_read[x] = isinstance(x, Read) or any(has_read[c] for c in kids)
+        n = 1 + max((nest[c] for c in kids), default=0)
+        match x:
             case Const():
-                return const_str(e)
+                return const_str(x), 0
             case Var() | IterVar() | Reduce():
-                if e in env:
-                    return env[e]
-                if isinstance(e, IterVar):
-                    return self.axis(e)
-                if isinstance(e, Var) and e in self.plan.params:
-                    return self.names.get(e, e.name)
-                raise ValueError(f"cannot render `{expr_str(e)}`: it is not bound here")
-            case Read() | Call() if e in env:  # a hoisted loop-invariant value
-                return env[e]
+                if x in env:
+                    return env[x], 0
+                if isinstance(x, IterVar):
+                    return self.axis(x), 0
+                if isinstance(x, Var) and x in self.plan.params:
+                    return self.names.get(x, x.name), 0
+                raise ValueError(f"cannot render `{expr_str(x)}`: it is not bound here")
+            case Read() | Call() if x in env:  # a hoisted loop-invariant value
+                return env[x], 0
             case Call(op=Op.DIV, args=(a, b)) if b in self.recip:  # invariant float32 divisor
-                return f"({self.expr(a, env)} * {self.recip[b]})"
+                return f"({text[a]} * {self.recip[b]})", n
             case Read(tensor=t, indices=idx):
                 if not idx:
-                    return f"{self.tensor(t)}[0]"
+                    return f"{self.tensor(t)}[0]", n
                 parts = []
                 for d, i in enumerate(idx):
-                    s = top(self.expr(i, env))
-                    if any(isinstance(x, Read) for x in walk(i)) or d in self.unproven.get(e, ()):
-                        s = self.check(s, f"{self.tensor(t)}.shape[{d}]", read_site(e, d, self.scope))
+                    s = top(text[i])
+                    if has_read[i] or d in self.unproven.get(x, ()):
+                        s = self.check(s, f"{self.tensor(t)}.shape[{d}]", read_site(x, d, self.scope))
                     parts.append(s)
-                return self.index(t, parts)
+                return self.index(t, parts), n
             case Call(op=op, args=args):
-                return self.r.rules[op](e, [self.expr(a, env) for a in args])
-        raise TypeError(f"cannot render {type(e).__name__} `{e}`")
+                return self.r.rules[op](x, [text[a] for a in args]), n
+        raise TypeError(f"cannot render {type(x).__name__} `{x}`")
 
     def shape(self, exts: Sequence[Expr]) -> str:
         if not exts:
@@ -577,41 +607,93 @@ def read_site(r: Read, d: int, stage: str) -> str:
             f"{r.tensor.name!r}, dim {d}, index `{expr_str(r.indices[d])}`")
 
 
+_LAZY_FROM = {Op.SELECT: 1, Op.AND: 1, Op.OR: 1}  # args from this position on are evaluated lazily
+
+
+def _render_children(x: Expr, env: dict[Expr, str], recip: dict[Expr, str]) -> tuple[Expr, ...]:
+    """The children that rendering `x` spells out (none for a bound name or a reduction)."""
+    if x in env or isinstance(x, Reduce):
+        return ()
+    if isinstance(x, Call) and x.op is Op.DIV and x.args[1] in recip:
+        return x.args[:1]
+    return children(x)
+
+
+def _postorder(e: Expr, env: dict[Expr, str], recip: dict[Expr, str]) -> Iterator[Expr]:
+    """Distinct nodes (structurally) of the rendered tree of `e`, children first."""
+    done: set[Expr] = set()
+    stack: list[tuple[Expr, bool]] = [(e, False)]
+    while stack:
+        x, ready = stack.pop()
+        if x in done:
+            continue
+        if ready:
+            done.add(x)
+            yield x
+            continue
+        stack.append((x, True))
+        stack.extend((c, False) for c in reversed(_render_children(x, env, recip)) if c not in done)
+
+
+def _occurrences(e: Expr, env: dict[Expr, str], recip: dict[Expr, str]
+                 ) -> tuple[set[Expr], dict[Expr, int]]:
+    """Nodes of `e` evaluated on every path (strict), and how many parent edges reach each."""
+    uses: dict[Expr, int] = {}
+    strict: set[Expr] = set()
+    stack: list[tuple[Expr, bool]] = [(e, True)]
+    seen: set[tuple[Expr, bool]] = set()
+    while stack:
+        x, st = stack.pop()
+        if (x, st) in seen:
+            continue
+        first = (x, not st) not in seen
+        seen.add((x, st))
+        if st:
+            strict.add(x)
+        lazy = _LAZY_FROM.get(x.op, 99) if isinstance(x, Call) else 99
+        for k, c in enumerate(_render_children(x, env, recip)):
+            if first:
+                uses[c] = uses.get(c, 0) + 1
+            stack.append((c, st and k < lazy))
+    return strict, uses
+
+
 def _invariant_exprs(bodies: Sequence[Expr], inner: set[IterVar]) -> list[Expr]:
     """The largest subexpressions evaluated on every iteration that read a tensor but use none
     of the `inner` loop axes nor a reduction axis (`log(s[i])` in a loop over j): safe to compute
     once.  Select branches, the right side of `&`/`|` and conditioned reductions are not
     entered (what they read may be guarded); reads at data-dependent indices stay in place."""
     found: dict[Expr, None] = {}
+    reads: dict[int, bool] = {}  # a read below
+    blocked: dict[int, bool] = {}  # a reduction or a data-dependent read below
+    axes: dict[int, frozenset[IterVar]] = {}  # loop axes used below
+    for x in (x for b in bodies for x in walk(b)):  # children first, once per node
+        kids = children(x)
+        reads[id(x)] = isinstance(x, Read) or any(reads[id(c)] for c in kids)
+        blocked[id(x)] = isinstance(x, Reduce) or any(blocked[id(c)] for c in kids) or (
+            isinstance(x, Read) and any(reads[id(i)] for i in x.indices))
+        axes[id(x)] = frozenset((x,)) if isinstance(x, IterVar) else frozenset().union(
+            *(axes[id(c)] for c in kids))
 
-    def invariant(e: Expr, bound: set[IterVar]) -> bool:
-        nodes = list(walk(e))
-        return (any(isinstance(x, Read) for x in nodes)
-                and not any(isinstance(x, Reduce) or (isinstance(x, IterVar) and x in bound)
-                            for x in nodes)
-                and not any(isinstance(y, Read) for x in nodes if isinstance(x, Read)
-                            for i in x.indices for y in walk(i)))
-
-    def go(e: Expr, bound: set[IterVar]) -> None:
-        if isinstance(e, (Read, Call)) and invariant(e, bound):
+    stack: list[tuple[Expr, frozenset[IterVar]]] = [(b, frozenset(inner)) for b in reversed(bodies)]
+    while stack:  # preorder, explicit stack
+        e, bound = stack.pop()
+        if isinstance(e, (Read, Call)) and reads[id(e)] and not blocked[id(e)] \
+                and not axes[id(e)] & bound:
             found.setdefault(e, None)
-            return
+            continue
         match e:
             case Call(op=Op.SELECT, args=(c, _, _)):
-                return go(c, bound)
+                kids: tuple[tuple[Expr, frozenset[IterVar]], ...] = ((c, bound),)
             case Call(op=Op.AND | Op.OR, args=(a, _)):
-                return go(a, bound)
+                kids = ((a, bound),)
             case Reduce():
                 if not (isinstance(e.condition, Const) and e.condition.value is True):
-                    return
-                for s in e.source + e.init:
-                    go(s, bound | set(e.axis))
-                return
-        for c in children(e):
-            go(c, bound)
-
-    for b in bodies:
-        go(b, inner)
+                    continue
+                kids = tuple((s, bound | frozenset(e.axis)) for s in e.source + e.init)
+            case _:
+                kids = tuple((c, bound) for c in children(e))
+        stack.extend(reversed(kids))
     return list(found)
 
 
@@ -641,9 +723,11 @@ def _atom(s: str) -> bool:
 
 def _tree(e: Expr) -> Iterator[Expr]:
     """Every occurrence in `e`, not deduplicated (walk() yields each node once)."""
-    yield e
-    for c in children(e):
-        yield from _tree(c)
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(reversed(children(x)))
 
 
 def _reduce_groups(bodies: Sequence[Expr]) -> list[list[Reduce]]:
