@@ -59,23 +59,25 @@ class CustomOp:
             raise CustomOpError(f"custom_op {name!r}: expected a te function, got {type(fn).__name__}")
         self.fn, self.name, self.target = fn, name, target
         self._cache: dict[tuple, list] = {}
+        self._defs: dict[tuple, tuple[list[Tensor], list[Tensor]]] = {}
 
     def _arrays(self, arrays: Sequence[Any]) -> list[np.ndarray]:
         return [as_array(a, f"{self.name}: array {k}") for k, a in enumerate(arrays)]
 
-    def _instance(self, arrays: Sequence[np.ndarray]) -> list:
-        """[placeholders, outputs, forward kernel, backward (built on first vjp) or None]."""
-        key = tuple((a.shape, a.dtype.str) for a in arrays)
-        hit = self._cache.get(key)
+    def define(self, specs: Sequence[tuple[tuple[int, ...], Any]]) -> tuple[list[Tensor], list[Tensor]]:
+        """The placeholders and te outputs for arrays of these (shape, dtype)s, without building
+        kernels (cached per signature): what frontends use to infer output shapes and dtypes."""
+        key = tuple((tuple(int(n) for n in s), np.dtype(d).str) for s, d in specs)
+        hit = self._defs.get(key)
         if hit is not None:
             return hit
-        names = _param_names(self.fn, len(arrays), self.name)
+        names = _param_names(self.fn, len(key), self.name)
         ins = []
-        for a, n in zip(arrays, names, strict=True):
+        for (shape, d), n in zip(key, names, strict=True):
             try:
-                ins.append(te.placeholder(a.shape, dt.check(a.dtype), name=n))
+                ins.append(te.placeholder(shape, dt.check(np.dtype(d)), name=n))
             except TypeError as e:
-                raise ArrayArgumentError(f"{self.name}: array {n!r} has dtype {a.dtype}: {e}; "
+                raise ArrayArgumentError(f"{self.name}: array {n!r} has dtype {np.dtype(d)}: {e}; "
                                          f"convert it with .astype(...)") from None
         out = self.fn(*ins)
         outs = list(out) if isinstance(out, (list, tuple)) else [out]
@@ -83,6 +85,16 @@ class CustomOp:
         if bad or not outs:
             raise CustomOpError(f"{self.name}: its te function must return a te tensor or a list "
                                 f"of them, got {bad or 'an empty list'}")
+        self._defs[key] = (ins, outs)
+        return ins, outs
+
+    def _instance(self, arrays: Sequence[np.ndarray]) -> list:
+        """[placeholders, outputs, forward kernel, backward (built on first vjp) or None]."""
+        key = tuple((a.shape, a.dtype.str) for a in arrays)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        ins, outs = self.define([(a.shape, a.dtype) for a in arrays])
         check_reads_fit(outs, dict(zip(ins, arrays, strict=True)), self.name)
         self._cache[key] = [ins, outs, build(outs, ins, self.target), None]
         return self._cache[key]
