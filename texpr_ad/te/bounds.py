@@ -305,7 +305,9 @@ class _Prover:
                     return sub(lo)
                 return sub(lo + _live_extent(n) - 1)
             case Call(op=Op.CAST, args=(x,)) if dt.is_int(x.dtype):
-                return sub(x)
+                # built without the operators: they would cast `x` back to `rest`'s dtype
+                kx = Call(Op.MUL, (Const(k, x.dtype), x), x.dtype)
+                return self.prove(Call(Op.ADD, (rest, kx), rest.dtype), known)
             case Call(op=Op.MIN | Op.MAX, args=(x, y)):
                 both = low == (a.op is Op.MIN)  # min's minimum: both sides must do
                 vx = sub(x)
