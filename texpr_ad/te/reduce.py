@@ -71,8 +71,9 @@ class Reducer:
 
     def __call__(self, expr: Any, axis: Any = None, where: Any = None, init: Any = None,
                  *args: Any) -> Any:
-        if isinstance(axis, (IterVar, list, tuple)):  # a reduction (TVM: an IterVar axis reduces)
-            _axes(axis, self.name)
+        if isinstance(axis, (list, tuple)) or (isinstance(axis, IterVar) and (
+                axis.kind == "reduce" or self.kind not in ("max", "min"))):
+            _axes(axis, self.name)  # a reduction; te.max(x, i) / te.min stay elementwise
         if axis is not None and not _is_axis_arg(axis) and where is None:
             # elementwise form: te.max(a, b)
             b = axis if isinstance(axis, Expr) else None
