@@ -57,7 +57,7 @@ def test_output_is_inserted_and_errors_name_the_line():
     md = "text\n\n```python output\nprint(6 * 7)\n```\n\n```python norun\nx = ...\n```\n"
     out = hooks.process(md, "x.md")
     assert "```python\nprint(6 * 7)\n```" in out and "\n42\n" in out and "norun" not in out
-    with pytest.raises(hooks.DocBlockError, match=r"x\.md:3: .* raised ZeroDivisionError"):
+    with pytest.raises(hooks.DocBlockError, match=r"x\.md:4: .* raised ZeroDivisionError"):
         hooks.process("a\n\n```python output\n1 / 0\n```\n", "x.md")
 
 
