@@ -56,18 +56,19 @@ def test_exclusive_cumsum_adjoint_through_relax_gradient_and_vm():
 
 
 def test_static_reduce_range_rule():
-    """The rule on its own: a dependent range becomes its hull plus the exact range as a guard."""
+    """The rule on its own: a dependent range becomes its own start plus a static width (the
+    largest extent), with the end as a guard; the work stays that of the window."""
     i = te.compute((7,), lambda i: i, name="probe").op.axis[0]  # a data axis over [0, 7)
     k = te.IterVar("k", i + 1, 6 - i, "reduce")  # the exclusive cumsum adjoint's (i + 1, 7)
-    lo, ext, guard = static_reduce_range(k, "s")
-    assert (int(lo), int(ext)) == (1, 6)
-    grid = te.compute((7, 6), lambda a, r: te.if_then_else(substitute(guard, {i: a, k: r + 1}), 1, 0),
-                      name="g")  # the guard at every (i, k) of the hull
+    width, guard = static_reduce_range(k, "s")
+    assert int(width) == 6
+    grid = te.compute((7, 6), lambda a, r: te.if_then_else(
+        substitute(guard, {i: a, k: a + 1 + r}), 1, 0), name="g")  # the guard at every (i, r)
     got = te.evaluate([grid], {})[0]
-    want = [[int(iv + 1 <= kv < 7) for kv in range(1, 7)] for iv in range(7)]
+    want = [[int(iv + 1 + r < 7) for r in range(6)] for iv in range(7)]
     np.testing.assert_array_equal(got, want)
     const = te.reduce_axis((0, 5), "r")
-    assert static_reduce_range(const, "s") == (const.lo, const.extent, None)
+    assert static_reduce_range(const, "s") == (const.extent, None)
     n = te.var("n")
     sym = te.IterVar("s", i, n - i, "reduce")
     with pytest.raises(TranslationError, match="no static bound"):

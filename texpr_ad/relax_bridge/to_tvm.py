@@ -21,8 +21,8 @@ Semantic points the translation takes care of:
   commutative reducer; and `init` becomes a second stage
   `out = combine(init, reduce(...))`.
 * Reduce axes whose bounds depend on enclosing data axes (or earlier reduce
-  axes) get static ranges, the hull of their ranges, with the range as a condition
-  in the body: TVM 0.27 accepts such domains but computes them wrongly
+  axes) run from their own start over a static width (their largest extent), with
+  the end as a condition in the body: TVM 0.27 accepts such domains but computes them wrongly
   (`static_reduce_range`).  Scatter loop nests are plain TIR `For`s, which take
   dependent bounds correctly.
 * `==`/`!=` on bools become And/Or/Not (LLVM cannot compile them on i1).
@@ -266,27 +266,27 @@ def _plain(op: ComputeOp, ks: list[int], dag: _Dag, name: str) -> list[Any]:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
-def static_reduce_range(a: IterVar, stage: str) -> tuple[Expr, Expr, Expr | None]:
-    """`(lo, extent, guard)`: a range for reduce axis `a` that TVM can take, and the condition
-    that restores `a`'s own range inside it (None when `a`'s range already is one).
+def static_reduce_range(a: IterVar, stage: str) -> tuple[Expr, Expr | None]:
+    """`(width, guard)`: reduce axis `a` as `a = a.lo + r` with `r` over the static `[0, width)`,
+    and the condition `a < a.lo + a.extent` that restores `a`'s own range (None when `a`'s
+    range is already static).
 
     TVM 0.27's `create_prim_func` gets a reduce axis whose bounds depend on an outer index
     (data axis or earlier reduce axis) silently wrong: the block domain subtracts the minimum
-    twice.  So such an axis runs over the hull of its ranges (interval bounds over the outer
-    indices) and `lo <= a < lo + extent` moves into the body, like `where=`.
+    twice.  So such an axis runs from its own (dependent) start over the largest extent it takes
+    (the interval bound over the outer indices): the work stays that of the window, not of the
+    hull of all windows, and the end moves into the body, like `where=`.
     """
     outer = [v for x in (a.lo, a.extent) for v in walk(x) if isinstance(v, IterVar)]
     if not outer:
-        return a.lo, a.extent, None
-    lo_b, _ = interval(simplify(a.lo))
-    _, hi_b = interval(simplify(a.lo + a.extent - 1))
-    if lo_b is None or hi_b is None:
+        return a.extent, None
+    _, width = interval(simplify(a.extent))
+    if width is None:
         raise TranslationError(
             f"stage {stage!r}: reduce axis `{a.name}` over [{a.lo}, {a.lo} + {a.extent}) depends on "
-            f"the index `{outer[0]}` and has no static bound, which TVM needs (it gets such "
-            "ranges wrong); bound the range by constants")
-    guard = (a >= a.lo) & (a < a.lo + a.extent)
-    return Const(lo_b, a.lo.dtype), Const(max(hi_b - lo_b + 1, 0), a.extent.dtype), guard
+            f"the index `{outer[0]}` and its extent has no static bound, which TVM needs (it gets "
+            "such ranges wrong); bound the extent by a constant")
+    return Const(max(width, 0), a.extent.dtype), a < a.lo + a.extent
 
 
 def _conj(conds: Sequence[Expr]) -> Expr:
@@ -312,10 +312,14 @@ def _reduction(op: ComputeOp, red: Reduce, dag: _Dag, name: str) -> list[Any]:
         raxes = []
         guards: list[Expr] = []
         for a in red.axis:  # static ranges; bounds that use outer axes become guards
-            lo, ext, guard = static_reduce_range(a, op.name)
-            lo_t = fit(tr(lo), INDEX64)
-            rv = te.reduce_axis((lo_t, lo_t + fit(tr(ext), INDEX64)), name=a.name)
-            env[a] = rv.var
+            width, guard = static_reduce_range(a, op.name)
+            if guard is None:
+                lo_t = fit(tr(a.lo), INDEX64)
+                rv = te.reduce_axis((lo_t, lo_t + fit(tr(width), INDEX64)), name=a.name)
+                env[a] = rv.var
+            else:
+                rv = te.reduce_axis((0, fit(tr(width), INDEX64)), name=a.name)
+                env[a] = fit(tr(a.lo), INDEX64) + rv.var
             raxes.append(rv)
             guards += [guard] if guard is not None else []
             tr = dag.translator(env, op.name)
