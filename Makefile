@@ -26,7 +26,7 @@ bench: $(VENV)/.installed
 # the docs extra is installed here too when EXTRAS left it out; the build runs the docs' code
 docs: $(VENV)/.installed
 	$(PY) -c "import mkdocs, mkdocstrings, material" 2>/dev/null || $(PY) -m pip install -q -e ".[docs]"
-	$(PY) -m mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) reports .texpr_cache site
