@@ -16,7 +16,7 @@ import numpy as np
 from ..schedule.plan import Plan
 from ..te import dtype as dt
 from ..te.ops import Op
-from . import cache
+from . import cache, threads
 from .cpu_render import CPURender
 from .render import EXPR_RULES, KERNEL_NAME, Renderer, Rule, _one
 
@@ -84,19 +84,25 @@ def start_threads() -> None:
     instead of 6.5 ms).  The variable is set only while Numba's runtime loads (it reads it
     then) and removed again, so other OpenMP runtimes loaded later (PyTorch's) keep their
     defaults.
+
+    The layer is TBB where the `tbb` package is installed and you did not choose one
+    (thread- and fork-safe); see `texpr_ad.kernels.threads` for the guards of the others.
     """
     ours = "OMP_WAIT_POLICY" not in os.environ
     if ours:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     try:
         import numba
+        threads.prefer_tbb()
         numba.get_num_threads()  # launches the threading layer
     finally:
         if ours:
             del os.environ["OMP_WAIT_POLICY"]
+    threads.after_launch()
 
 
 _POOL: list = []  # one ThreadPoolExecutor, created on first use
+os.register_at_fork(after_in_child=_POOL.clear)  # its threads do not exist in a forked child
 
 
 def blas_matmul(a: Any, b: Any, out: Any) -> None:
@@ -130,6 +136,36 @@ def blas_matmul(a: Any, b: Any, out: Any) -> None:
 
 
 def compile_source(source: str) -> Callable:
-    """The jitted kernel function of `source` (compiled lazily on first call, cached on disk)."""
+    """The jitted kernel function of `source` (compiled lazily on first call, cached on disk),
+    wrapped where the threading layer needs it (see `texpr_ad.kernels.threads`)."""
     start_threads()
-    return getattr(cache.load(source), KERNEL_NAME)
+    fn = getattr(cache.load(source), KERNEL_NAME)
+    st = threads.STATE
+    if st.gnu_omp or st.layer == "workqueue":
+        return _Guarded(fn, source)
+    return fn
+
+
+class _Guarded:
+    """A kernel dispatcher behind its layer's guard: calls hold `threads.STATE.call_lock`
+    (workqueue is not thread-safe), and a process forked under GNU OpenMP calls a serial build
+    of the same source.  Attributes (`stats`, `py_func`) are the parallel dispatcher's."""
+
+    def __init__(self, fn: Callable, source: str) -> None:
+        self._fn, self._source = fn, source
+        self._serial: Callable | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fn, name)
+
+    def __call__(self, *args: Any) -> Any:
+        fn = self._fn
+        if threads.serial_only():
+            if self._serial is None:
+                threads.warn_serial()
+                r = CPURenderer
+                src = self._source.replace(r.kernel_decorator_parallel, r.kernel_decorator_serial)
+                self._serial = getattr(cache.load(src), KERNEL_NAME)
+            fn = self._serial
+        with threads.STATE.call_lock:
+            return fn(*args)
