@@ -145,3 +145,26 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         return process(markdown, path)
     except DocBlockError as e:
         raise PluginError(str(e)) from None
+
+
+def main(argv: list[str]) -> int:
+    """`python docs/hooks.py PAGE.md ...`: run the pages' blocks (the test runs each page in its
+    own process this way, so registrations and flags set by examples do not leak into other
+    tests); prints one `skipped: <why>` line per block not run, exit 1 on a failing block."""
+    import sys
+    for page in argv:
+        blocks = parse(Path(page).read_text(), page)
+        try:
+            run(blocks, page)
+        except DocBlockError as e:
+            print(e, file=sys.stderr)
+            return 1
+        for b in blocks:
+            if b.skipped and b.skipped != "norun":
+                print(f"skipped: {page}:{b.line}: {b.skipped}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main(sys.argv[1:]))
