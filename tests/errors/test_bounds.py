@@ -179,6 +179,7 @@ def test_reduce_range_read_from_data(segments):
     np.testing.assert_allclose(s, [0.0, (x[1] ** 2).sum(), 0.0])
     (g,) = bwd(good, x, np.ones(3))
     np.testing.assert_allclose(g, np.where(np.arange(5) < good[:, None], 2 * x, 0.0))
+    assert "_chk(k" not in fwd.source  # checked once per row at loop entry, not per element
     bad = np.array([1, 6, 0], np.int32)  # row 1 would run into row 2 (the gradient wrote there)
     for kern, args, what in ((fwd, (bad, x), "read X"), (bwd, (bad, x, np.ones(3)), "scatter"),
                              (tan, (bad, x, x), "read")):

@@ -21,6 +21,7 @@ import numpy as np
 from ..te import dtype as dt
 from ..te.expr import Call, CommReducer, Const, Expr, IterVar, Read, Reduce, Var
 from ..te.ops import Op
+from ..te.affine import to_affine
 from ..te.bounds import Verdict, dead, dim_verdict, facts, unproven_dims
 from ..te.printer import expr_str
 from ..te.tensor import Tensor
@@ -224,6 +225,8 @@ class _Render:
         self.pending: list[str] = []  # locals bound by `expr`, emitted before the next statement
         self.unproven: dict[Read, set[int]] = {}  # read dims checked at run time (te.bounds)
         self.sites: list[str] = []  # what each run-time index check guards, by site number
+        self.hoist: dict[IterVar, list[tuple[Read, int, int]]] = {}  # checked at loop entry
+        self.hoisted: set[tuple[Read, int]] = set()  # read dims whose loop entry was checked
 
     # -- top level ---------------------------------------------------------------------
     def source(self) -> str:
@@ -242,6 +245,8 @@ class _Render:
             st = group[-1]
             self.lines, self.checked, self.scope = [], False, st.name
             self.unproven = stage_unproven(group)
+            self.hoist, self.hoisted = (loop_entry_checks(self.unproven)
+                                        if self.r.target == "cpu" and _plain(group) else {}), set()
             first_site = len(self.sites)
             if len(group) > 1:
                 self.joined(group)
@@ -338,7 +343,7 @@ class _Render:
                 parts = []
                 for d, i in enumerate(idx):
                     s = top(text[i])
-                    if has_read[i] or d in self.unproven.get(x, ()):
+                    if has_read[i] or (d in self.unproven.get(x, ()) and (x, d) not in self.hoisted):
                         s = self.check(s, f"{self.tensor(t)}.shape[{d}]", read_site(x, d, self.scope))
                     parts.append(s)
                 return self.index(t, parts), n
@@ -366,6 +371,15 @@ class _Render:
                 rng = f"{top(lo)}, {top(self.expr(hi, env))}"
             case _:
                 rng = top(ext) if _is_zero(a.lo) else f"{top(lo)}, {lo} + {ext}"
+        if self.hoist.get(a):  # reads at `a + c` whose range is read from data: check both ends once
+            self.emit(depth, f"if {top(ext)} > 0:")
+            for r, d, c in self.hoist[a]:
+                n = f"{self.tensor(r.tensor)}.shape[{d}]"
+                first = self.check(f"{lo} + {c}" if c else lo, n, read_site(r, d, self.scope))
+                self.emit(depth + 1, first)
+                last = f"{lo} + {ext} - 1" + (f" + {c}" if c else "")  # same site as `first`
+                self.emit(depth + 1, f"{CHECK_NAME}({last}, {n}, {ERR_NAME}, {len(self.sites) - 1})")
+                self.hoisted.add((r, d))
         self.emit(depth, f"for {self.axis(a)} in range({rng}):")
 
     def parallel_head(self, depth: int, var: str, extent: str) -> None:
@@ -586,6 +600,29 @@ def stage_unproven(group: Sequence[ComputeStage | ScatterStage]) -> dict[Read, s
         for r, dims in unproven_dims([e], known).items():
             out.setdefault(r, set()).update(dims)
     return out
+
+
+def loop_entry_checks(unproven: dict[Read, set[int]]) -> dict[IterVar, list[tuple[Read, int, int]]]:
+    """Unproven read dims indexed `a + c` by a loop axis `a` whose bounds are read from data
+    (`reduce_axis((0, L[i]))`): checking both ends of the range at loop entry covers every point
+    (the index is monotone in `a`), so the innermost loop pays nothing."""
+    out: dict[IterVar, list[tuple[Read, int, int]]] = {}
+    for r, dims in unproven.items():
+        for d in sorted(dims):
+            aff = to_affine(r.indices[d])
+            if aff is None or len(aff[0]) != 1:
+                continue
+            ((a, k),) = aff[0].items()
+            if k == 1 and isinstance(a, IterVar) and any(
+                    isinstance(x, Read) for b in (a.lo, a.extent) for x in walk(b)):
+                out.setdefault(a, []).append((r, d, aff[1]))
+    return out
+
+
+def _plain(group: Sequence[ComputeStage | ScatterStage]) -> bool:
+    """A stage whose loops all go through `range_loop` (no lanes, BLAS, row accumulation, join)."""
+    return len(group) == 1 and isinstance(st := group[0], ComputeStage) and st.lanes <= 1 \
+        and st.accumulate is None and st.contraction is None
 
 
 def scatter_dim_unproven(st: ScatterStage, u, d: int) -> bool:  # type: ignore[no-untyped-def]
