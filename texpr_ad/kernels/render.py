@@ -451,8 +451,10 @@ class _Render:
                 env[r] = name
             if self.r.reciprocal_f32:
                 for b in _f32_divisors(st.bodies, env):
-                    self.recip[b] = self.names.fresh(f"{env[b]}_inv")
-                    self.emit(depth, f"{self.recip[b]} = np.float32(1.0) / {env[b]}")
+                    inv, k = self.names.fresh(f"{env[b]}_inv"), self.names.fresh(f"{env[b]}_k")
+                    self.emit(depth, f"{k} = {_RECIP_SCALE.format(d=env[b])}")
+                    self.emit(depth, f"{inv} = np.float32(1.0) / ({env[b]} * {k})")
+                    self.recip[b] = f"{inv} * {k}"
         for a in serial:
             sp = st.split if st.split is not None and a is st.split.axis else None
             for loop in (sp.hi, sp.lo) if sp else (a,):
@@ -732,6 +734,14 @@ def _invariant_exprs(bodies: Sequence[Expr], inner: set[IterVar]) -> list[Expr]:
                 kids = tuple((c, bound) for c in children(e))
         stack.extend(reversed(kids))
     return list(found)
+
+
+# x / d as (x * (1 / (d k))) * k with k a power of two, decided once per hoisted d: k = 1 unless
+# 1 / d is not a normal float32 (d subnormal: 1 / d overflows, 3e-39 / 1e-39 would be inf;
+# |d| > 2^126: 1 / d is subnormal and loses bits); then d k is normal and the product exact.
+_RECIP_SCALE = (f"np.float32({2.0 ** 24!r}) if 0 < abs({{d}}) < np.float32({2.0 ** -126!r}) else "
+                f"np.float32({2.0 ** -24!r}) if np.float32({2.0 ** 126!r}) < abs({{d}}) < np.inf "
+                "else np.float32(1.0)")
 
 
 def _f32_divisors(bodies: Sequence[Expr], hoisted: dict[Expr, str]) -> list[Expr]:

@@ -414,8 +414,10 @@ def pool(data: Tensor, kernel: int | Sequence[int], stride: int | Sequence[int] 
          count_include_pad: bool = True, name: str = "pool") -> Tensor:
     """N-d max/avg pooling over the trailing dims of (N, C, *S) (TOPI `nn.pool`).
 
-    Max pads with -inf; avg pads with 0 and divides by the kernel size
-    (`count_include_pad`) or by the number of in-bounds elements of the window.
+    Max leaves the padding out of each window (`where=`, as if -inf that never wins a tie, so
+    an all -inf window's gradient stays on its real elements, as PyTorch's max_pool2d); avg
+    pads with 0 and divides by the kernel size (`count_include_pad`) or by the number of
+    in-bounds elements of the window.
     """
     nd = data.ndim - 2
     _need(nd >= 1, f"{name}: data {data.name!r} must be (N, C, *spatial)")
@@ -427,18 +429,23 @@ def pool(data: Tensor, kernel: int | Sequence[int], stride: int | Sequence[int] 
     _need(all(pp < kk for pp, kk in zip(p, k, strict=True)),
           f"{name}: padding {p} must be smaller than the kernel {k}")
     out_sp = [(x + 2 * pp - kk) // ss + 1 for x, pp, kk, ss in zip(sp, p, k, s, strict=True)]
-    pad_value = te.min_value(data.dtype) if pool_type == "max" else 0.0
-    padded = pad(data, (0, 0, *p), None, pad_value, name=f"{name}_pad") if any(p) else data
     names = _spatial_names(nd)
     rk = [te.reduce_axis((0, kk), name=f"r{a}") for kk, a in zip(k, names, strict=True)]
+    out_shape = (n, c, *out_sp)
+    if pool_type == "max":
+        def window_max(b: Any, f: Any, *xs: Any) -> Any:
+            idx = [affine(x, ss, r, 1) - pp if pp else affine(x, ss, r, 1)
+                   for x, ss, r, pp in zip(xs, s, rk, p, strict=True)]
+            inside = [c for i, pp, size in zip(idx, p, sp, strict=True) if pp
+                      for c in (i >= 0, i < size)]
+            return te.max(data[(b, f, *idx)], axis=rk, where=te.all(*inside) if inside else None)
+
+        return te.compute(out_shape, named(["n", "c", *names], window_max), name=name)
+    padded = pad(data, (0, 0, *p), None, 0.0, name=f"{name}_pad") if any(p) else data
 
     def window(b: Any, f: Any, *xs: Any) -> Any:
         return padded[(b, f, *[affine(x, ss, r, 1) for x, ss, r in zip(xs, s, rk, strict=True)])]
 
-    out_shape = (n, c, *out_sp)
-    if pool_type == "max":
-        return te.compute(out_shape, named(["n", "c", *names],
-                                           lambda *i: te.max(window(*i), axis=rk)), name=name)
     total = te.compute(out_shape, named(["n", "c", *names],
                                         lambda *i: te.sum(window(*i), axis=rk)), name=f"{name}_sum")
 
