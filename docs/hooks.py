@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 MARKERS = ("output", "norun")
+_MARK = "\n@@docs-blocks@@"  # precedes the JSON a --json run prints (stray output may come first)
 # a fenced python block, possibly indented (inside an admonition or a list)
 _FENCE = re.compile(
     r"^(?P<indent>[ ]*)(?P<fence>`{3,})python(?P<opts>[^\n`]*)\n(?P<body>.*?)^(?P=indent)(?P=fence)[ ]*$",
@@ -129,11 +130,36 @@ def render(markdown: str, blocks: list[Block]) -> str:
 
 
 def process(markdown: str, page: str) -> str:
-    """Parse, run the blocks up to the last `output` one (if any), and render."""
+    """Parse, run the blocks up to the last `output` one (if any), and render (in this process)."""
     blocks = parse(markdown, page)
     last = max((k for k, b in enumerate(blocks) if b.output), default=-1)
     if last >= 0:
         run(blocks, page, upto=last + 1)
+    return render(markdown, blocks)
+
+
+def process_isolated(markdown: str, page: str, cwd: Path) -> str:
+    """`process`, with the blocks run in a fresh Python process (`python hooks.py --json`), so
+    pages cannot see each other's state and `mkdocs serve` can run a page again (a torch.library
+    op or a Relax gradient cannot be registered twice in one process)."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+    blocks = parse(markdown, page)
+    last = max((k for k, b in enumerate(blocks) if b.output), default=-1)
+    if last >= 0:
+        with tempfile.NamedTemporaryFile("w", suffix=".md", delete=False) as f:
+            f.write(markdown)
+        try:
+            r = subprocess.run([sys.executable, __file__, "--json", "--upto", str(last + 1),
+                                "--name", page, f.name], cwd=cwd, capture_output=True, text=True)
+        finally:
+            Path(f.name).unlink()
+        if r.returncode != 0:
+            raise DocBlockError(r.stderr.strip() or f"{page}: running the blocks failed")
+        for b, (result, skipped) in zip(blocks, json.loads(r.stdout.rpartition(_MARK)[2]), strict=True):
+            b.result, b.skipped = result, skipped
     return render(markdown, blocks)
 
 
@@ -142,26 +168,39 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     from mkdocs.exceptions import PluginError
     path = str(Path(config["docs_dir"]).name) + "/" + page.file.src_uri
     try:
-        return process(markdown, path)
+        return process_isolated(markdown, path, Path(config["config_file_path"]).parent)
     except DocBlockError as e:
         raise PluginError(str(e)) from None
 
 
 def main(argv: list[str]) -> int:
-    """`python docs/hooks.py PAGE.md ...`: run the pages' blocks (the test runs each page in its
-    own process this way, so registrations and flags set by examples do not leak into other
-    tests); prints one `skipped: <why>` line per block not run, exit 1 on a failing block."""
+    """`python docs/hooks.py PAGE.md ...`: run the pages' blocks; prints one `skipped: <why>`
+    line per block not run, exit 1 on a failing block (the test runs each page in its own
+    process this way, so registrations and flags set by examples do not leak into other tests).
+    `--json [--upto N] [--name NAME] PAGE.md` prints [result, skipped] per block (the hook)."""
+    import argparse
+    import json
     import sys
-    for page in argv:
-        blocks = parse(Path(page).read_text(), page)
+    p = argparse.ArgumentParser(prog="docs/hooks.py")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--upto", type=int)
+    p.add_argument("--name")
+    p.add_argument("pages", nargs="+")
+    a = p.parse_args(argv)
+    for page in a.pages:
+        name = a.name or page
+        blocks = parse(Path(page).read_text(), name)
         try:
-            run(blocks, page)
+            run(blocks, name, upto=a.upto)
         except DocBlockError as e:
             print(e, file=sys.stderr)
             return 1
+        if a.json:
+            print(_MARK + json.dumps([[b.result, b.skipped] for b in blocks]))
+            continue
         for b in blocks:
             if b.skipped and b.skipped != "norun":
-                print(f"skipped: {page}:{b.line}: {b.skipped}")
+                print(f"skipped: {name}:{b.line}: {b.skipped}")
     return 0
 
 
