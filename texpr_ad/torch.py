@@ -35,6 +35,7 @@ _NP = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.f
        torch.int8: np.int8, torch.int16: np.int16, torch.int32: np.int32, torch.int64: np.int64,
        torch.uint8: np.uint8, torch.bool: np.bool_}
 _TORCH = {np.dtype(v).str: k for k, v in _NP.items()}
+_REGISTERED: set[str] = set()  # qualified names registered by this module
 
 
 class TorchOpError(TexprError, ValueError):
@@ -72,11 +73,18 @@ class TorchOp:
     # -- registration and autograd ---------------------------------------------------------
 
     def _register(self, qualname: str, schema: str, impl: Callable, fake: Callable) -> Any:
+        # torch.library silently re-points an existing name at the new implementation, which
+        # would change what earlier handles of the op compute: refuse instead
+        if qualname in _REGISTERED:
+            raise TorchOpError(f"texpr_ad.torch.custom_op: {qualname!r} is already registered in "
+                               f"this process, and torch.library ops cannot be redefined without "
+                               f"changing the earlier op: pass a new name=")
         try:
             op = torch.library.custom_op(qualname, impl, mutates_args=(), schema=schema)
         except RuntimeError as e:
             raise TorchOpError(f"texpr_ad.torch.custom_op: cannot register {qualname!r} ({e}); "
-                               f"torch.library ops cannot be redefined: pass a new name=") from None
+                               f"pass a new name=") from None
+        _REGISTERED.add(qualname)
         op.register_fake(fake)
         return op
 
