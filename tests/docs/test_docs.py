@@ -68,6 +68,12 @@ def test_output_is_inserted_and_errors_name_the_line():
         hooks.process("a\n\n```python output\n1 / 0\n```\n", "x.md")
 
 
+def test_missing_module_skips_and_says_so():
+    md = "```python output requires=no_such_module_xyz\nimport no_such_module_xyz\n```\n"
+    out = hooks.process(md, "x.md")
+    assert "output not produced: this block needs no_such_module_xyz (not installed)" in out
+
+
 @pytest.mark.skipif(not HAVE_MKDOCS,
                     reason="mkdocs not installed (pip install -e '.[docs]')")
 def test_mkdocs_build_strict(tmp_path: Path) -> None:
