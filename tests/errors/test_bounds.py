@@ -73,6 +73,26 @@ def test_guards_and_idioms_are_accepted():
     assert len(ok) == 10
 
 
+def test_what_the_prover_misses_small_static_domains_settle_by_enumeration():
+    """TOPI's adaptive pooling: the window end is a ceil written with a `% == 0` select."""
+    X = te.placeholder((7,), "float64", name="X")
+
+    def end(i):
+        return te.if_then_else((i + 1) * 7 % 3 == 0, (i + 1) * 7 // 3, (i + 1) * 7 // 3 + 1)
+
+    def pool(extra):
+        def body(i):
+            r = te.reduce_axis((0, end(i) + extra - i * 7 // 3), name="r")
+            return te.sum(X[i * 7 // 3 + r], axis=r)
+        return te.compute((3,), body, name="pool")
+
+    x = np.arange(7.0)
+    np.testing.assert_allclose(te.evaluate([pool(0)], {X: x})[0], [x[0:3].sum(), x[2:5].sum(),
+                                                                   x[4:7].sum()])
+    with pytest.raises(te.TensorError, match="'X'"):  # one more element runs past the end
+        pool(1)
+
+
 def test_symbolic_dims_are_proven_where_affine():
     n = te.var("n")
     B = te.placeholder((n,), "float64", name="B")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from enum import Enum
 from itertools import combinations
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from . import dtype as dt
 from .affine import to_affine
@@ -350,12 +350,76 @@ def dead(idx: Sequence[Expr], known: Sequence[Expr]) -> bool:
 
 
 def dim_verdict(index: Expr, extent: Expr, known: Sequence[Expr] = ()) -> Verdict:
-    """Is `0 <= index < extent` wherever the facts `known` hold (both sides proven)?"""
+    """Is `0 <= index < extent` wherever the facts `known` hold (both sides proven)?  Where the
+    prover fails on constant bounds, a small domain is settled by enumerating it."""
     p = _Prover()
-    lo = p.goal(index, known)
-    if lo is Verdict.UNSAFE:
-        return lo
-    return _and(lo, p.goal(extent - 1 - index, known))
+    v = p.goal(index, known)
+    if v is not Verdict.UNSAFE:
+        v = _and(v, p.goal(extent - 1 - index, known))
+    if v is Verdict.UNSAFE and (e := enumerate_in_bounds(index, extent, known)) is not None:
+        return Verdict.PROVEN if e else Verdict.UNSAFE
+    return v
+
+
+ENUMERATE_MAX = 1 << 16  # points
+
+
+def enumerate_in_bounds(index: Expr, extent: Expr, known: Sequence[Expr]) -> bool | None:
+    """`0 <= index < extent` at every point where `known` holds, by enumeration; None when the
+    domain is symbolic, data-dependent or larger than ENUMERATE_MAX."""
+    import numpy as np
+    exprs = [index, extent, *known]
+    axes: set[IterVar] = set()
+    todo = [x for e in exprs for x in walk(e) if isinstance(x, IterVar)]
+    while todo:
+        a = todo.pop()
+        if a not in axes:
+            axes.add(a)
+            todo += [x for b in (a.lo, a.extent) for x in walk(b) if isinstance(x, IterVar)]
+    if any(isinstance(x, (Var, Read)) for e in exprs + [b for a in axes for b in (a.lo, a.extent)]
+           for x in walk(e)):
+        return None
+    env: dict[Expr, Any] = {}
+    npts = 1
+    for a in sorted(axes, key=lambda v: v.uid):  # an axis' bounds use earlier axes only
+        lo = np.broadcast_to(_int_eval(a.lo, env, npts), (npts,))
+        cnt = np.maximum(np.broadcast_to(_int_eval(a.extent, env, npts), (npts,)), 0)
+        total = int(cnt.sum())
+        if total > ENUMERATE_MAX:
+            return None
+        rep = np.repeat(np.arange(npts), cnt)
+        offs = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        env = {k: v[rep] for k, v in env.items()}
+        env[a] = np.repeat(lo, cnt) + offs
+        npts = total
+    live = np.ones(npts, bool)
+    for f in known:
+        val = _int_eval(f, env, npts)
+        live &= val.astype(bool) if f.dtype == "bool" else val >= 0
+    ix, n = _int_eval(index, env, npts), _int_eval(extent, env, npts)
+    return bool(np.all(((ix >= 0) & (ix < n)) | ~live))
+
+
+def _int_eval(e: Expr, env: dict[Expr, Any], npts: int) -> Any:
+    """Integer/bool expression `e` at every enumerated point (eager selects, no division by 0)."""
+    import numpy as np
+    from .interp import NUMPY_IMPL
+    match e:
+        case Const(value=v):
+            return np.full(npts, v, dtype=bool if isinstance(v, bool) else np.int64)
+        case IterVar():
+            return env[e]
+        case Call(op=Op.CAST, args=(x,)):
+            v = _int_eval(x, env, npts)
+            return v.astype(bool) if e.dtype == "bool" else v.astype(np.int64)
+        case Call(op=Op.SELECT, args=(c, x, y)):
+            return np.where(_int_eval(c, env, npts), _int_eval(x, env, npts), _int_eval(y, env, npts))
+        case Call(op=Op.FLOORDIV | Op.FLOORMOD | Op.DIV, args=(x, y)):
+            d = _int_eval(y, env, npts)
+            return NUMPY_IMPL[e.op](_int_eval(x, env, npts), np.where(d == 0, 1, d))
+        case Call(op=op, args=args):
+            return NUMPY_IMPL[op](*[_int_eval(x, env, npts) for x in args])
+    raise TypeError(f"cannot enumerate `{e}`")
 
 
 def read_verdicts(r: Read, known: Sequence[Expr] = ()) -> list[Verdict]:
