@@ -19,6 +19,9 @@ Guards are facts `f >= 0` collected from select conditions, `where=` and the lef
     goal 3 - (h - 1) >= 0:  (3 - (h - 1)) - (3 - (h - 1)) = 0    PROVEN
 
 A read whose guard is false (a fact bounded above below 0) or whose axes are empty is dead.
+What the substitution cannot prove over a static domain of at most ENUMERATE_MAX points is
+settled by enumerating it (TOPI's adaptive pooling writes a window end as a ceil by select).
+Reads the kernels must check are reported by `unproven_dims`; `te.compute` rejects UNSAFE ones.
 """
 from __future__ import annotations
 
