@@ -4,7 +4,7 @@
 #   make docs     - the documentation site (MkDocs, warnings are errors) -> site/
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EXTRAS ?= test,tvm,torch,docs
+EXTRAS ?= test,tvm,torch,jax,docs
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
