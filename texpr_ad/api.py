@@ -79,7 +79,11 @@ class CustomOp:
             except TypeError as e:
                 raise ArrayArgumentError(f"{self.name}: array {n!r} has dtype {np.dtype(d)}: {e}; "
                                          f"convert it with .astype(...)") from None
-        out = self.fn(*ins)
+        try:
+            out = self.fn(*ins)
+        except TexprError as e:  # the definition rejects these shapes: say which call it was
+            shapes = ", ".join(f"{n} {s}:{np.dtype(d)}" for n, (s, d) in zip(names, key, strict=True))
+            raise ArrayArgumentError(f"{self.name} called with {shapes}: {e}") from e
         outs = list(out) if isinstance(out, (list, tuple)) else [out]
         bad = [type(o).__name__ for o in outs if not isinstance(o, Tensor)]
         if bad or not outs:

@@ -30,8 +30,9 @@ def mm():
 def test_readme_mm_with_a_too_narrow_A_is_an_error_not_nan():
     op = _mm_op()
     a, w = np.ones((8, 10), "float32"), np.ones((64, 32), "float32")
-    with pytest.raises(ta.ArrayArgumentError, match=r"mm: array 'A' has shape \(8, 10\).*"
-                                                    r"`k` in \[0, 63\].*dim 1 >= 64"):
+    # caught where the definition is made (te bounds check) or by custom_op's own check
+    with pytest.raises(ta.ArrayArgumentError, match=r"mm.*'?A'? \(8, 10\).*A\[i, k\].*"
+                                                    r"\[0, 63\]"):
         op(a, w)
     with pytest.raises(ta.ArrayArgumentError, match="'A'"):
         op.vjp(np.ones((8, 32), "float32"), a, w)
@@ -59,7 +60,7 @@ def test_star_args_te_function_gets_one_placeholder_per_array():
 
 def test_star_args_still_checks_what_the_body_reads():
     op = ta.custom_op(lambda *xs: te.compute(xs[0].shape, lambda i: xs[0][i] * xs[1][i]), "mul")
-    with pytest.raises(ta.ArrayArgumentError, match="'xs1' has shape \\(2,\\)"):
+    with pytest.raises(ta.ArrayArgumentError, match=r"xs1.*\(2,\)"):
         op(np.ones(3), np.ones(2))
 
 

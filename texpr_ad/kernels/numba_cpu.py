@@ -85,15 +85,15 @@ def start_threads() -> None:
     then) and removed again, so other OpenMP runtimes loaded later (PyTorch's) keep their
     defaults.
 
-    The layer is TBB where the `tbb` package is installed and you did not choose one
-    (thread- and fork-safe); see `texpr_ad.kernels.threads` for the guards of the others.
+    `texpr_ad.kernels.threads` says how kernels are kept safe from threads and forked
+    children on each threading layer.
     """
     ours = "OMP_WAIT_POLICY" not in os.environ
     if ours:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     try:
         import numba
-        threads.prefer_tbb()
+        threads.load_tbb()
         numba.get_num_threads()  # launches the threading layer
     finally:
         if ours:
@@ -141,31 +141,40 @@ def compile_source(source: str) -> Callable:
     start_threads()
     fn = getattr(cache.load(source), KERNEL_NAME)
     st = threads.STATE
-    if st.gnu_omp or st.layer == "workqueue":
-        return _Guarded(fn, source)
-    return fn
+    if st.layer == "workqueue":
+        return _Locked(fn)
+    return _ForkSafe(fn, source) if st.gnu_omp else fn
 
 
-class _Guarded:
-    """A kernel dispatcher behind its layer's guard: calls hold `threads.STATE.call_lock`
-    (workqueue is not thread-safe), and a process forked under GNU OpenMP calls a serial build
-    of the same source.  Attributes (`stats`, `py_func`) are the parallel dispatcher's."""
+class _Locked:
+    """A kernel dispatcher whose calls hold one process-wide lock (workqueue is not
+    thread-safe).  Attributes (`stats`, `py_func`) are the dispatcher's."""
 
-    def __init__(self, fn: Callable, source: str) -> None:
-        self._fn, self._source = fn, source
-        self._serial: Callable | None = None
+    def __init__(self, fn: Callable) -> None:
+        self._fn = fn
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._fn, name)
 
     def __call__(self, *args: Any) -> Any:
-        fn = self._fn
-        if threads.serial_only():
-            if self._serial is None:
-                threads.warn_serial()
-                r = CPURenderer
-                src = self._source.replace(r.kernel_decorator_parallel, r.kernel_decorator_serial)
-                self._serial = getattr(cache.load(src), KERNEL_NAME)
-            fn = self._serial
         with threads.STATE.call_lock:
-            return fn(*args)
+            return self._fn(*args)
+
+
+class _ForkSafe(_Locked):
+    """A kernel dispatcher that, in a process forked after GNU OpenMP started, calls a serial
+    build of the same source (compiled there on first use) instead of the parallel one."""
+
+    def __init__(self, fn: Callable, source: str) -> None:
+        self._fn, self._source = fn, source
+        self._serial: Callable | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if not threads.STATE.forked:
+            return self._fn(*args)
+        if self._serial is None:
+            threads.warn_serial()
+            r = CPURenderer
+            src = self._source.replace(r.kernel_decorator_parallel, r.kernel_decorator_serial)
+            self._serial = getattr(cache.load(src), KERNEL_NAME)
+        return self._serial(*args)
