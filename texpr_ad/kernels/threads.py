@@ -92,7 +92,8 @@ def warn_serial() -> None:
     if not _WARNED:
         _WARNED.append(True)
         warnings.warn("texpr_ad kernels run serially in this process: it was forked after GNU "
-                      "OpenMP started, which cannot run parallel regions after a fork; install "
-                      "`tbb` (Numba then uses it) or use multiprocessing's 'spawn' or "
-                      "'forkserver' start method for parallel kernels in workers",
+                      "OpenMP started, which cannot run parallel regions after a fork; for "
+                      "parallel kernels in workers use multiprocessing's 'spawn' or "
+                      "'forkserver' start method, or NUMBA_THREADING_LAYER=tbb (pip install "
+                      "tbb, the `tbb` extra)",
                       ThreadingWarning, stacklevel=4)
