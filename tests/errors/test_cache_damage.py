@@ -80,10 +80,10 @@ def test_no_writable_folder_compiles_in_memory_with_a_warning(fresh, monkeypatch
     assert not list(fresh.rglob("texpr_*"))
 
 
-def test_unwritable_texpr_cache_dir_falls_back_to_temp_with_a_warning(fresh, monkeypatch):
-    blocker = fresh / "a_file"
-    blocker.write_text("not a folder")
-    monkeypatch.setenv("TEXPR_CACHE_DIR", str(blocker / "cache"))
+@pytest.mark.parametrize("where", ["a_file/cache", "a_file"])  # under a file; a file itself
+def test_unwritable_texpr_cache_dir_falls_back_to_temp_with_a_warning(fresh, monkeypatch, where):
+    (fresh / "a_file").write_text("not a folder")
+    monkeypatch.setenv("TEXPR_CACHE_DIR", str(fresh / where))
     monkeypatch.setattr(tempfile, "tempdir", str(fresh / "tmp"))
     (fresh / "tmp").mkdir()
     with pytest.warns(CacheWarning, match="TEXPR_CACHE_DIR=.*cannot be written"):
