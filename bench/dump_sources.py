@@ -1,0 +1,61 @@
+"""Dump the plan and generated source of every registry operator, for diffing refactors.
+
+    python -m bench.dump_sources OUTDIR [PATTERN]
+
+For each operator with a compute form, in float32 and float64, the forward and the adjoint
+kernels are planned and rendered (nothing is compiled, no GPU needed) for cpu and cuda:
+OUTDIR/<op>.<dtype>.<fwd|bwd>.<target>.py (the source) and .plan.txt (str(plan)).
+Compare two dumps with `diff -r`: the sources must not change unless on purpose.
+"""
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+
+from texpr_ad.ops import select
+from texpr_ad.report.checks import derive
+
+
+def plan_and_render(outs: list, ins: list, target: str) -> tuple[object, str]:
+    from texpr_ad.kernels.numba_cpu import CPURenderer
+    from texpr_ad.kernels.numba_cuda import CUDARenderer, plan_cuda
+    from texpr_ad.schedule.planner import plan_kernel
+    if target == "cuda":
+        plan = plan_cuda(outs, ins)
+        return plan, CUDARenderer().render(plan)
+    plan = plan_kernel(outs, ins, "cpu")
+    return plan, CPURenderer().render(plan)
+
+
+def dump(out: Path, pattern: str = "*") -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    n = 0
+    for entry in (e for e in select(pattern) if e.has_compute):
+        for dtype in ("float32", "float64"):
+            try:
+                s = entry.sample(dtype)  # type: ignore[misc]
+                kernels = [("fwd", list(s.outputs), list(s.inputs))]
+                d = derive(entry, dtype)
+                if d is not None:
+                    live = [g for g in d.grads if g is not None]
+                    kernels.append(("bwd", live, list(d.sample.inputs) + d.heads))
+            except Exception:  # noqa: BLE001 - some samples have no float32 form
+                (out / f"{entry.name}.{dtype}.error.txt").write_text(traceback.format_exc())
+                continue
+            for kind, outs, ins in kernels:
+                for target in ("cpu", "cuda"):
+                    stem = out / f"{entry.name}.{dtype}.{kind}.{target}"
+                    try:
+                        plan, src = plan_and_render(outs, ins, target)
+                    except Exception:  # noqa: BLE001 - recorded, diffed like the rest
+                        Path(f"{stem}.error.txt").write_text(traceback.format_exc(limit=3))
+                        continue
+                    Path(f"{stem}.py").write_text(src)
+                    Path(f"{stem}.plan.txt").write_text(str(plan) + "\n")
+                    n += 1
+    return n
+
+
+if __name__ == "__main__":
+    print(dump(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "*"), "kernels")
