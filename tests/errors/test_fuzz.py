@@ -234,14 +234,7 @@ DEFINITIONS: dict[str, list[Callable[[Draw, dict], Any]]] = {
 
 # Families that still let other exceptions out, each with the issue #13 class that fixes them; strict,
 # so the mark must go when the fix lands.
-KNOWN = {
-    "reduce axes": "issue #13 class 4 (malformed definitions): te.sum/reduce_axis/comm_reducer raise "
-                   "builtins TypeError/ValueError (axis=[], where= not bool, bad ranges, init/tuple length); "
-                   "a reduce axis missing from axis= reaches te.evaluate (KeyError) and ta.grad "
-                   "(AssertionError 'index solver: axis k is unbounded')",
-    "bodies": "issue #13 class 4 (malformed definitions): te.compute/placeholder/expression building raise "
-              "builtins TypeError (non-expression bodies, unsupported dtypes, non-bool conditions, shape None)",
-}
+KNOWN: dict[str, str] = {}  # none left: class 4 made definition mistakes TensorError / ExprTypeError
 
 
 def _family(name: str, known: dict[str, str]) -> Any:

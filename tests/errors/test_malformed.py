@@ -83,5 +83,46 @@ def test_other_malformed_definitions(make, match):
         make()
 
 
+def _pair_reducer():
+    return te.comm_reducer(lambda x, y: (x[0] + y[0],), lambda a, b: (te.const(0, a), te.const(0, b)))
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: te.reduce_axis(5), "dom must be a pair"),
+    (lambda: te.reduce_axis((0,)), "dom must be a pair"),
+    (lambda: te.reduce_axis((3, 1)), r"range \(3, 1\) ends before it starts"),
+    (lambda: te.reduce_axis((0.5, 2)), "must be integers"),
+    (lambda: te.reduce_axis((0, 10**12)), "does not fit int32"),
+    (lambda: te.placeholder(None, "float32"), "shape must be a tuple"),
+    (lambda: te.placeholder(((3,),), "float32"), "is a sequence"),
+    (lambda: te.compute((4,), lambda i: te.comm_reducer(lambda x: x, lambda t: te.const(0, t))(
+        X[i, 0], axis=_k())),
+     r"calling fcombine\(x, y\) failed"),
+    (lambda: te.compute((4,), lambda i: _pair_reducer()((X[i, 0], X[i, 1]), axis=_k())),
+     "fcombine returned 1 values for 2"),
+])
+def test_bad_ranges_shapes_and_reducers(make, match):
+    """Were builtins TypeError/ValueError (unpacking, zip, a user lambda's arity) or, for a range
+    past int32, an OverflowError in te.evaluate."""
+    with pytest.raises(te.TensorError, match=match):
+        make()
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: te.compute((4,), lambda i: None), "cannot use None"),
+    (lambda: te.compute((4,), lambda i: X), "cannot use .* in a te expression"),
+    (lambda: te.placeholder((3,), "float99"), "unsupported dtype"),
+    (lambda: te.compute((4,), lambda i: te.sum(X[i, _k()], axis=_k(), where=X[i, 0])),
+     "where= must be a condition"),
+    (lambda: te.compute((4,), lambda i: te.if_then_else(X[i, 0], 1.0, 0.0)), "compare it"),
+    (lambda: te.compute((4,), lambda i: te.sum(X[i, 0], axis=None)), "needs axis="),
+])
+def test_wrong_kinds_are_expr_type_errors(make, match):
+    """Were builtins TypeError; ExprTypeError is still a TypeError, and a TexprError."""
+    with pytest.raises(te.ExprTypeError, match=match):
+        make()
+    assert issubclass(te.ExprTypeError, TypeError)
+
+
 def test_all_are_texpr_errors():
     assert issubclass(te.TensorError, TexprError)

@@ -1,5 +1,6 @@
 """`texpr_ad.te`: the tensor-expression IR and its DSL (TVM `te` names and argument orders)."""
 from . import dtype
+from .dtype import ExprTypeError
 from .dag import placeholders, topo_order
 from .expr import Call, CommReducer, Const, EqualOp, Expr, IterVar, Read, Reduce, Var, const
 from .interp import evaluate
@@ -15,7 +16,7 @@ from .tensor import (ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tensor,
                      placeholder, reduce_axis, var)
 
 __all__ = [
-    "Call", "CommReducer", "ComputeOp", "Const", "EqualOp", "Expr", "IterVar", "Op",
+    "Call", "CommReducer", "ComputeOp", "Const", "EqualOp", "Expr", "ExprTypeError", "IterVar", "Op",
     "PlaceholderOp", "Read", "Reduce", "Reducer", "ScatterOp", "ScatterUpdate", "Tensor", "TensorError", "Var",
     "abs", "acos", "acosh", "all", "any", "asin", "asinh", "atan", "atan2", "atanh", "bitwise_and",
     "bitwise_not", "bitwise_or", "bitwise_xor", "cast", "cosh", "isnan", "sinh", "tan", "ceil", "comm_reducer", "compute", "const", "cos",

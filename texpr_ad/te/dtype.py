@@ -1,6 +1,14 @@
 """Scalar dtypes of the IR and the promotion rule for mixed arithmetic."""
 from __future__ import annotations
 
+from ..errors import TexprError
+
+
+class ExprTypeError(TexprError, TypeError):
+    """A value of the wrong kind or dtype in a te definition: a non-expression operand or body,
+    an unsupported dtype, a non-bool condition (the message names the value and the fix)."""
+
+
 FLOATS = ("float16", "float32", "float64")
 INTS = ("int8", "int16", "int32", "int64", "uint8")
 DTYPES = FLOATS + INTS + ("bool",)
@@ -11,7 +19,7 @@ def check(dtype: object) -> str:
     """Normalize a dtype given as a string or NumPy dtype; raise on anything else."""
     name = str(getattr(dtype, "name", dtype))
     if name not in DTYPES:
-        raise TypeError(f"unsupported dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+        raise ExprTypeError(f"unsupported dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     return name
 
 

@@ -101,7 +101,7 @@ class Expr:
         raise NotConstantError(f"`{self}` is not a constant, so it has no float value")
 
     def __bool__(self) -> bool:
-        raise TypeError(
+        raise dt.ExprTypeError(
             f"cannot use the te expression `{self}` as a Python bool; inside a compute body "
             "use te.if_then_else(cond, a, b), te.all(...)/te.any(...) or & and | instead of "
             "`if`, `and`, `or`")
@@ -359,7 +359,7 @@ def as_expr(x: object, like: str | None = None) -> Expr:
         return Const(x, like if like is not None and dt.is_float(like) else "float32")
     if hasattr(x, "dtype") and getattr(x, "shape", None) == ():  # NumPy scalar
         return Const(x.item(), dt.check(x.dtype))  # type: ignore[attr-defined]
-    raise TypeError(f"cannot use {x!r} of type {type(x).__name__} in a te expression")
+    raise dt.ExprTypeError(f"cannot use {x!r} of type {type(x).__name__} in a te expression")
 
 
 _BITWISE_OF = {Op.AND: Op.BITWISE_AND, Op.OR: Op.BITWISE_OR}
@@ -381,14 +381,14 @@ def binary(op: Op, a: object, b: object) -> Expr:
     if op in (Op.AND, Op.OR):
         for x in (a, b):
             if x.dtype != "bool":
-                raise TypeError(f"`{op.name.lower()}` needs bool operands, got `{x}` of dtype {x.dtype}")
+                raise dt.ExprTypeError(f"`{op.name.lower()}` needs bool operands, got `{x}` of dtype {x.dtype}")
         return Call(op, (a, b), "bool")
     d = dt.promote(a.dtype, b.dtype)
     folded = _fold_ints(op, a, b, d)
     if folded is not None:
         return folded
     if op in (Op.SHL, Op.SHR, Op.BITWISE_XOR, *_BITWISE_OF.values()) and not dt.is_int(d):
-        raise TypeError(f"`{op.name.lower()}` needs integer operands, got {a.dtype} and {b.dtype}")
+        raise dt.ExprTypeError(f"`{op.name.lower()}` needs integer operands, got {a.dtype} and {b.dtype}")
     a, b = a.astype(d), b.astype(d)
     return Call(op, (a, b), "bool" if op in _BOOL_RESULT else d)
 

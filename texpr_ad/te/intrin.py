@@ -65,7 +65,7 @@ def isnan(x: Any) -> Expr:
 def _int_operands(name: str, *xs: Any) -> None:
     for x in xs:
         if not dt.is_int(as_expr(x).dtype):
-            raise TypeError(f"te.{name} needs integer operands, got `{x}` of dtype {as_expr(x).dtype}")
+            raise dt.ExprTypeError(f"te.{name} needs integer operands, got `{x}` of dtype {as_expr(x).dtype}")
 
 
 def bitwise_and(a: Any, b: Any) -> Expr:
@@ -125,7 +125,7 @@ def cast(x: Any, dtype: str) -> Expr:
 def _cond(c: Any) -> Expr:
     e = as_expr(c)
     if e.dtype != "bool":
-        raise TypeError(f"condition `{e}` has dtype {e.dtype}; compare it, e.g. `x > 0`")
+        raise dt.ExprTypeError(f"condition `{e}` has dtype {e.dtype}; compare it, e.g. `x > 0`")
     return e
 
 

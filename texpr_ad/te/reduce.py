@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from ..errors import TexprError
 from . import dtype as dt
 from .expr import Call, CommReducer, Expr, IterVar, Reduce, Var, as_expr, const
 from .ops import Op
@@ -58,16 +59,28 @@ class Reducer:
         return self._made[key]
 
     def _make(self, dtypes: Sequence[str]) -> CommReducer:
+        from .tensor import TensorError
         lhs = tuple(Var(f"x{i}" if len(dtypes) > 1 else "x", d) for i, d in enumerate(dtypes))
         rhs = tuple(Var(f"y{i}" if len(dtypes) > 1 else "y", d) for i, d in enumerate(dtypes))
         single = len(dtypes) == 1
-        res = self.fcombine(lhs[0], rhs[0]) if single else self.fcombine(lhs, rhs)
-        ident = self.fidentity(*dtypes)
-        res = (res,) if single else tuple(res)
-        ident = (ident,) if single else tuple(ident)
-        res = tuple(as_expr(r, d).astype(d) for r, d in zip(res, dtypes, strict=True))
-        ident = tuple(as_expr(r, d).astype(d) for r, d in zip(ident, dtypes, strict=True))
-        return CommReducer(self.kind, lhs, rhs, res, ident, self.name)
+        parts = []
+        for what, fn, args, want in (
+                ("fcombine", self.fcombine, (lhs[0], rhs[0]) if single else (lhs, rhs), "fcombine(x, y)"),
+                ("fidentity", self.fidentity, tuple(dtypes), f"fidentity({', '.join(map(repr, dtypes))})")):
+            try:
+                got = fn(*args)
+            except TexprError:
+                raise
+            except TypeError as e:  # the user's function has the wrong signature
+                raise TensorError(f"te.comm_reducer {self.name!r}: calling {want} failed ({e}); "
+                                  f"fcombine takes two values (two tuples for a tuple reducer) and "
+                                  f"fidentity one dtype per reduced expression") from e
+            got = (got,) if single else tuple(got) if isinstance(got, (tuple, list)) else (got,)
+            if len(got) != len(dtypes):
+                raise TensorError(f"te.comm_reducer {self.name!r}: {what} returned {len(got)} values "
+                                  f"for {len(dtypes)} reduced expressions; return one per expression")
+            parts.append(tuple(as_expr(r, d).astype(d) for r, d in zip(got, dtypes, strict=True)))
+        return CommReducer(self.kind, lhs, rhs, parts[0], parts[1], self.name)
 
     def __call__(self, expr: Any, axis: Any = None, where: Any = None, init: Any = None,
                  *args: Any) -> Any:
@@ -80,14 +93,15 @@ class Reducer:
             ea = as_expr(expr, b.dtype if b is not None else None)
             return self._combine2(ea, as_expr(axis, ea.dtype))
         if axis is None:
-            raise TypeError(f"te.{self.name} needs axis= (a reduce_axis or a list of them), "
+            raise dt.ExprTypeError(f"te.{self.name} needs axis= (a reduce_axis or a list of them), "
                             f"or two expressions for the elementwise form")
         multi = isinstance(expr, (tuple, list))
         srcs = tuple(as_expr(x) for x in (expr if multi else (expr,)))
         comb = self.make([s.dtype for s in srcs])
         cond = const(True) if where is None else as_expr(where)
         if cond.dtype != "bool":
-            raise TypeError(f"where= must be a condition (bool), got `{cond}`")
+            raise dt.ExprTypeError(f"te.{self.name}: where= must be a condition (bool), got `{cond}` of "
+                                   f"dtype {cond.dtype}; compare it, e.g. `x > 0`")
         inits: tuple[Expr, ...] = ()
         if init is not None:
             iv = init if isinstance(init, (tuple, list)) else (init,)

@@ -190,16 +190,24 @@ def shape_str(shape: Sequence[Expr]) -> str:
     return f"({inner},)" if len(shape) == 1 else f"({inner})"
 
 
+_INDEX_MAX = 2**31 - 1  # loop variables are int32 (te/expr.py)
+
+
 def _shape(shape: Any, what: str) -> tuple[Expr, ...]:
     if isinstance(shape, (int, Expr)):
         shape = (shape,)
+    if not isinstance(shape, (list, tuple)):
+        raise TensorError(f"{what}: shape must be a tuple of dimensions (ints or te.var), got {shape!r}")
     out = []
     for s in shape:
+        if isinstance(s, (list, tuple)):
+            raise TensorError(f"{what}: dimension {s!r} is a sequence; pass a flat tuple of ints")
         e = as_expr(s)
         if not dt.is_int(e.dtype):
             raise TensorError(f"{what}: dimension `{e}` must be an integer")
-        if isinstance(e, Const) and e.value < 0:
-            raise TensorError(f"{what}: dimension {e.value} is negative")
+        if isinstance(e, Const) and not 0 <= e.value <= _INDEX_MAX:
+            raise TensorError(f"{what}: dimension {e.value} is "
+                              f"{'negative' if e.value < 0 else 'too large for int32 indexing'}")
         out.append(e)
     return tuple(out)
 
@@ -217,7 +225,19 @@ def var(name: str = "n", dtype: str = "int32") -> Var:
 
 def reduce_axis(dom: tuple[Any, Any], name: str = "rv") -> IterVar:
     """A reduction axis over [lo, hi) (`tvm.te.reduce_axis`)."""
+    if not isinstance(dom, (list, tuple)) or len(dom) != 2:
+        raise TensorError(f"te.reduce_axis {name!r}: dom must be a pair (lo, hi), got {dom!r}")
     lo, hi = (as_expr(x) for x in dom)
+    for b in (lo, hi):
+        if not dt.is_int(b.dtype):
+            raise TensorError(f"te.reduce_axis {name!r}: bound `{b}` has dtype {b.dtype}; "
+                              f"the range (lo, hi) must be integers")
+        if isinstance(b, Const) and not -_INDEX_MAX - 1 <= b.value <= _INDEX_MAX:
+            raise TensorError(f"te.reduce_axis {name!r}: bound {b.value} does not fit int32 "
+                              f"(loop variables are int32)")
+    if isinstance(lo, Const) and isinstance(hi, Const) and hi.value < lo.value:
+        raise TensorError(f"te.reduce_axis {name!r}: range ({lo.value}, {hi.value}) ends before it "
+                          f"starts; write (lo, hi) with lo <= hi")
     ext = hi - lo if not (isinstance(lo, Const) and lo.value == 0) else hi
     if isinstance(ext, Expr) and all(isinstance(c, Const) for c in children(ext)) and children(ext):
         ext = const(int(hi.value) - int(lo.value))  # type: ignore[attr-defined]
