@@ -34,22 +34,22 @@ def test_dense_forward_is_dispatched_to_blas():
     x, w, b, y, _ = _dense()
     plan = plan_kernel([y], [x, w, b])
     st = plan.stage("T_dense")
-    assert isinstance(st, ComputeStage) and st.contraction is not None
-    assert st.contraction.a is x and st.contraction.b is w
+    assert isinstance(st, ComputeStage) and st.cpu.contraction is not None
+    assert st.cpu.contraction.a is x and st.cpu.contraction.b is w
     assert "contraction -> BLAS" in str(plan)
-    assert plan.stage("T_add").contraction is None  # the bias add stays a loop
+    assert plan.stage("T_add").cpu.contraction is None  # the bias add stays a loop
 
 
 def test_dense_adjoints_are_contractions_and_bias_gradient_is_split():
     x, w, b, y, head = _dense(n=1024)
     dx, dw, db = ta.grad(y, [x, w, b], head=head)
     plan = plan_kernel([dx, dw, db], [x, w, b, head])
-    assert plan.stage(dx.op.name).contraction is not None
-    assert plan.stage(dw.op.name).contraction is not None
+    assert plan.stage(dx.op.name).cpu.contraction is not None
+    assert plan.stage(dw.op.name).cpu.contraction is not None
     dbias = plan.stage(db.op.name)
-    assert dbias.contraction is None and dbias.accumulate is not None
-    assert dbias.accumulate.split is not None and dbias.accumulate.chunks >= 2  # partial sums
-    assert dbias.accumulate.row is dbias.axes[-1]  # whole rows, contiguous reads
+    assert dbias.cpu.contraction is None and dbias.cpu.accumulate is not None
+    assert dbias.cpu.accumulate.split is not None and dbias.cpu.accumulate.chunks >= 2  # partial sums
+    assert dbias.cpu.accumulate.row is dbias.axes[-1]  # whole rows, contiguous reads
     assert "parallel partial results" in str(plan)
     r = rng()
     xs, ws, bs, hs = (r.standard_normal(s).astype("float32")
@@ -63,7 +63,7 @@ def test_dense_adjoints_are_contractions_and_bias_gradient_is_split():
 def test_blas_override_off_keeps_loops_and_bad_override_is_an_error():
     x, w, b, y, _ = _dense()
     plan = plan_kernel([y], [x, w, b], overrides={"T_dense": {"blas": False}})
-    assert plan.stage("T_dense").contraction is None and plan.stage("T_dense").parallel
+    assert plan.stage("T_dense").cpu.contraction is None and plan.stage("T_dense").parallel
     with pytest.raises(ScheduleError, match="not a contraction"):
         plan_kernel([y], [x, w, b], overrides={"T_add": {"blas": True}})
 
@@ -72,9 +72,9 @@ def test_small_or_symbolic_contractions_stay_in_loops():
     n = te.var("n")
     a = te.placeholder((n, 64), "float32", name="a")
     c = te.placeholder((64, 64), "float32", name="c")
-    assert plan_kernel([nn.matmul(a, c)], [a, c]).stages[0].contraction is None
+    assert plan_kernel([nn.matmul(a, c)], [a, c]).stages[0].cpu.contraction is None
     a2 = te.placeholder((4, 4), "float32", name="a2")
-    assert plan_kernel([nn.matmul(a2, a2)], [a2]).stages[0].contraction is None
+    assert plan_kernel([nn.matmul(a2, a2)], [a2]).stages[0].cpu.contraction is None
 
 
 def test_transposed_batch_matmul_and_output_permutation_match_numpy():
@@ -85,7 +85,7 @@ def test_transposed_batch_matmul_and_output_permutation_match_numpy():
     out = te.compute((20, 3, 24), lambda j, b, i: te.sum(x[b, k, i] * y[b, j, k], axis=k),
                      name="out")
     plan = plan_kernel([out], [x, y])
-    c = plan.stages[0].contraction
+    c = plan.stages[0].cpu.contraction
     assert c is not None and c.out_perm is not None
     r = rng()
     xs, ys = r.standard_normal((3, 16, 24)).astype("float32"), r.standard_normal((3, 20, 16)).astype("float32")
@@ -119,11 +119,11 @@ def test_full_reduction_to_a_scalar_is_split_and_column_sums_accumulate_rows():
     i, j = te.reduce_axis((0, 256), name="i"), te.reduce_axis((0, 128), name="j")
     total = te.compute((), lambda: te.sum(te.tanh(x[i, j]), axis=[i, j]), name="total")
     st = plan_kernel([total], [x]).stages[0]
-    assert st.accumulate is not None and st.accumulate.split is not None and st.accumulate.row is None
+    assert st.cpu.accumulate is not None and st.cpu.accumulate.split is not None and st.cpu.accumulate.row is None
     i2 = te.reduce_axis((0, 256), name="i2")
     cols = te.compute((8, 128), lambda a, c: te.max(x[i2, c] * (a + 1), axis=i2), name="cols")
     st2 = plan_kernel([cols], [x]).stages[0]
-    assert st2.accumulate is not None and st2.accumulate.row is st2.axes[-1]
+    assert st2.cpu.accumulate is not None and st2.cpu.accumulate.row is st2.axes[-1]
     r = rng()
     xs = r.standard_normal((256, 128)).astype("float32")
     got_t, got_c = ta.build([total, cols], [x])(xs)
@@ -140,7 +140,7 @@ def test_layer_norm_gamma_gradient_plan_and_values():
     head = te.placeholder(y.shape, "float32", name="head")
     dg, db = ta.grad(y, [g, b], head=head)
     plan = plan_kernel([dg, db], [x, g, b, head])
-    assert plan.stage(db.op.name).accumulate is not None
+    assert plan.stage(db.op.name).cpu.accumulate is not None
     r = rng()
     xs, gs, bs, hs = (r.standard_normal(s).astype("float32") for s in ((2048, 32), (32,), (32,), (2048, 32)))
     got_g, got_b = ta.build([dg, db], [x, g, b, head])(xs, gs, bs, hs)
@@ -159,11 +159,11 @@ def test_conv2d_uses_im2col_and_factored_contractions(stride):
     head = te.placeholder(y.shape, "float32", name="head")
     dx, dw = ta.grad(y, [x, w], head=head)
     fwd = plan_kernel([y], [x, w])
-    assert fwd.stage("conv2d_im2col") and fwd.stage("conv2d").contraction is not None
+    assert fwd.stage("conv2d_im2col") and fwd.stage("conv2d").cpu.contraction is not None
     bwd = plan_kernel([dx, dw], [x, w, head])
-    assert bwd.stage(dw.op.name).contraction is not None  # weight gradient: im2col + BLAS
+    assert bwd.stage(dw.op.name).cpu.contraction is not None  # weight gradient: im2col + BLAS
     factored = [s for s in bwd.stages if s.name.endswith("_factor")]
-    assert factored and factored[0].contraction is not None  # input gradient: sum over f by BLAS
+    assert factored and factored[0].cpu.contraction is not None  # input gradient: sum over f by BLAS
     r = rng()
     xs, ws = r.standard_normal((2, 8, 12, 12)).astype("float32"), r.standard_normal((16, 8, 3, 3)).astype("float32")
     tx, tw = torch.from_numpy(xs.astype(np.float64)).requires_grad_(), torch.from_numpy(ws.astype(np.float64)).requires_grad_()
@@ -181,8 +181,8 @@ def test_rowwise_chain_shares_one_prange():
     x = te.placeholder((256, 64), "float32", name="x")
     y = ew.softmax(x, -1)
     plan = plan_kernel([y], [x])
-    joined = [s.name for s in plan.stages if s.join]
-    assert joined and plan.stages[0].join is False
+    joined = [s.name for s in plan.stages if s.cpu.join]
+    assert joined and plan.stages[0].cpu.join is False
     src = ta.build([y], [x]).source
     assert src.count("prange(") == 1
     xs = rng().standard_normal((256, 64)).astype("float32")
@@ -218,7 +218,7 @@ def test_joined_intermediates_become_row_buffers_and_the_kernel_is_right():
     head = te.placeholder((), "float32", name="head")
     dx, dw, db = ta.grad(y, [x, w, b], head=head)
     k = ta.build([dx, dw, db], [x, w, b, head])
-    rows = [s for s in k.plan.stages if getattr(s, "row_buffer", False)]
+    rows = [s for s in k.plan.stages if s.cpu.row_buffer]
     assert {s.name for s in rows} >= {"tanh", "sigmoid"}, str(k.plan)
     assert "row buffer" in str(k.plan)
     for s in rows:  # allocated inside the prange, without the parallel dim
@@ -240,7 +240,7 @@ def test_batched_dot_products_stay_loops_not_blas():
     head = te.placeholder((), "float32", name="head")
     dx, dw, db = ta.grad(y, [x, w, b], head=head)
     st = plan_kernel([dx, dw, db], [x, w, b, head]).stage(dw.op.name)
-    assert st.contraction is None and st.accumulate is not None
+    assert st.cpu.contraction is None and st.cpu.accumulate is not None
 
 
 def test_large_intermediates_are_reused_workspace_arguments():
@@ -277,7 +277,7 @@ def test_reshape_unflattening_splits_the_inner_loop_and_stays_right():
     y = shape.reshape(shape.transpose(x, (0, 2, 1, 3)), (4, 3, 48))
     k = ta.build([y], [x])
     st = k.plan.stage(y.op.name)
-    assert st.split is not None and st.split.factor == 8, str(k.plan)
+    assert st.cpu.split is not None and st.cpu.split.factor == 8, str(k.plan)
     assert "//" not in k.source and "%" not in k.source  # x[i0, i2_hi, i1, i2_lo]
     xs = np.arange(4 * 6 * 3 * 8, dtype=np.float32).reshape(4, 6, 3, 8)
     np.testing.assert_array_equal(k(xs)[0], xs.transpose(0, 2, 1, 3).reshape(4, 3, 48))

@@ -18,7 +18,7 @@ class CPURender(_Render):
         for st in group:
             self.scope = st.name
             self.emit(1, f"# stage {st.name}: {_describe(st)}")
-            if st.row_buffer:
+            if st.cpu.row_buffer:  # type: ignore[union-attr]
                 d = st.axes.index(st.order[0])
                 self.row_dim.update({id(t): d for t in st.tensors if t is not None})
             else:
@@ -28,7 +28,7 @@ class CPURender(_Render):
         self.parallel_head(1, var, top(self.expr(head.order[0].extent, {})))
         for st in group:
             self.scope = st.name
-            if st.row_buffer:
+            if st.cpu.row_buffer:  # type: ignore[union-attr]
                 self.allocate(2, st, [a for a in st.axes if a is not st.order[0]])
             self.emit(2, f"{self.axis(st.order[0])} = {var}  # stage {st.name}")
             self.loops_and_body(st, 2, st.order[1:])
@@ -77,7 +77,7 @@ class CPURender(_Render):
 
     def contraction(self, st: ComputeStage) -> None:
         """`np.matmul` on permuted/reshaped views, in object mode (BLAS through NumPy)."""
-        c = st.contraction
+        c = st.cpu.contraction  # type: ignore[union-attr]
         assert c is not None
         out = self.tensor(st.tensors[0])  # type: ignore[arg-type]
         bs, ms, ks, ns = (top(self.expr(x, {})) for x in c.sizes)
@@ -103,7 +103,7 @@ class CPURender(_Render):
 
     def accumulate(self, st: ComputeStage) -> None:
         """Row accumulation (reduction loops outside the row axis) and/or split partial results."""
-        acc_plan = st.accumulate
+        acc_plan = st.cpu.accumulate  # type: ignore[union-attr]
         assert acc_plan is not None
         red = _reduce_groups(st.bodies)[0]
         r = red[0]

@@ -65,8 +65,6 @@ class CPURenderer(Renderer):
     kernel_decorator_serial = "@njit(error_model='numpy', cache=True)"
     parallel_loop = ("for {var} in prange({extent}):",)
     scatter_add = "{target} += {value}"
-    workspace_min_bytes = 1 << 20
-    reciprocal_f32 = True
 
     def render(self, plan: Plan) -> str:
         return CPURender(self, plan).source()

@@ -26,8 +26,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import TexprError
-from ..schedule.cuda import rectangular_prefix, strategy
-from ..schedule.plan import ComputeStage, Plan, ScatterStage
+from ..schedule.cuda import rectangular_prefix
+from ..schedule.plan import ComputeStage, CudaStrategy, Plan, ScatterStage
 from ..te.expr import Call, Const, Expr, Read, Reduce
 from ..te.ops import Op
 from ..te.visit import walk
@@ -234,13 +234,13 @@ class _CudaRender(_Render):
 
     # -- compute stages ---------------------------------------------------------------------
     def compute(self, st: ComputeStage) -> str:  # type: ignore[override]
-        how = strategy(st)
+        how = st.cuda.strategy  # type: ignore[union-attr]
         self.emit(1, f"# stage {st.name}: {how}" + (f"; inlined {', '.join(st.inlined)}"
                                                    if st.inlined else ""))
-        if how == "block":
+        if how is CudaStrategy.BLOCK:
             return self.block_compute(st)
         depth, serial = 1, st.order
-        if how == "thread":
+        if how is CudaStrategy.THREAD:
             self.loop_lines = self.r.parallel_loop
             depth = self.parallel_nest(depth, st.order[: st.fused], st.name)
             serial = st.order[st.fused:]
@@ -255,7 +255,7 @@ class _CudaRender(_Render):
             self.reduction(depth, red, env, st.name)
         self.store(depth, st, env)
         points = " * ".join(top(self.expr(a.extent, {})) for a in st.order[: st.fused]) or "1"
-        return f"launch({{k}}, {points}, 0)" if how == "thread" else "launch({k}, 1, 1)"
+        return f"launch({{k}}, {points}, 0)" if how is CudaStrategy.THREAD else "launch({k}, 1, 1)"
 
     def store(self, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
         idx = [self.axis(a) for a in st.axes]
@@ -330,11 +330,11 @@ class _CudaRender(_Render):
 
     # -- scatter stages ----------------------------------------------------------------------
     def scatter(self, st: ScatterStage) -> str:  # type: ignore[override]
-        how = strategy(st)
+        how = st.cuda.strategy  # type: ignore[union-attr]
         self.emit(1, f"# stage {st.name}: scatter-add, {how}")
         depth, serial = 1, st.order
-        if how in ("injective", "atomic"):
-            n = 1 if how == "injective" else rectangular_prefix(st.order)
+        if how in (CudaStrategy.INJECTIVE, CudaStrategy.ATOMIC):
+            n = 1 if how is CudaStrategy.INJECTIVE else rectangular_prefix(st.order)
             self.loop_lines = self.r.parallel_loop
             depth = self.parallel_nest(1, st.order[:n], st.name)
             serial = st.order[n:]
@@ -343,7 +343,7 @@ class _CudaRender(_Render):
             self.emit(1, self.r.single_guard)
             depth, points = 2, ""
         for d, idx, value in self.scatter_updates(depth, st, serial):
-            if how == "atomic":
+            if how is CudaStrategy.ATOMIC:
                 index = idx[0] if len(idx) == 1 else f"({', '.join(idx) or '0'})"
                 self.emit(d, self.r.atomic_add.format(array=self.tensor(st.tensor), index=index,
                                                       value=value))
@@ -530,9 +530,8 @@ def host_stand_in(a: Any) -> np.ndarray:
 def plan_cuda(outputs: Sequence[Any], inputs: Sequence[Any],
               overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:
     """The CUDA plan of `outputs` (the CPU planner's decisions, re-planned by schedule.cuda)."""
-    from ..schedule.cuda import plan_for_cuda
     from ..schedule.planner import plan_kernel
-    return plan_for_cuda(plan_kernel(list(outputs), list(inputs), "cuda", overrides), overrides)
+    return plan_kernel(list(outputs), list(inputs), "cuda", overrides)
 
 
 def build_cuda(outputs: Sequence[Any], inputs: Sequence[Any],

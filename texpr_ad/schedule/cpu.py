@@ -25,19 +25,36 @@
                   later stages of its prange read becomes a per-iteration row buffer.
    scatter_block - a scatter parallel over the target's last dim runs the prange over
                   blocks of it, with the block innermost (contiguous, still race-free).
+9. hoist        - values that the serial loops of a stage do not change (`softmax_max[i]`,
+                  `log(s[i])` in a row loop over j) are computed once before them: LLVM cannot
+                  hoist loads past stores to another array it cannot prove distinct, nor
+                  calls, and the loop would not vectorize.  A float32 division by such a value
+                  becomes a product with its reciprocal (at most 1 ulp from the quotient;
+                  PyTorch's softmax scales the same way).
+10. workspace   - intermediates of at least `WORKSPACE_MIN_BYTES` (static shapes) are kernel
+                  arguments, allocated by the caller once per thread and reused across calls.
+
+`refine(plan, overrides)` applies them all to a target-neutral plan (planner.plan_stages).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-from typing import Any, Iterator, Mapping, Sequence
+from dataclasses import fields, replace
+from typing import Any, Iterator, Mapping, Sequence, TypeVar
+
+import numpy as np
 
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, const
 from ..te.ops import Op
 from ..te.simplify import simplify
+from ..te.tensor import Tensor
 from ..te.visit import children, substitute, walk
 from .nest import MIN_PARALLEL_CHUNKS, Expander, _const, _reduction_notes, _work, compute_stage
-from .plan import Accumulate, ComputeStage, Contraction, ScatterStage, ScheduleError, Split, Stage
+from .plan import (Accumulate, ComputeStage, Contraction, CpuStagePlan, Plan, ScatterStage,
+                   ScheduleError, Split, Stage)
+
+S = TypeVar("S", ComputeStage, ScatterStage)
+_CPU_FIELDS = {f.name for f in fields(CpuStagePlan)}
 
 MIN_BLAS_WORK = 4096  # contractions with fewer multiply-adds stay in loops
 MAX_IM2COL = 1 << 26  # elements of an im2col gather stage (256 MiB of float32) at most
@@ -46,6 +63,52 @@ SPLIT_MIN_WORK = 1 << 15  # ... and it has at least this many iterations
 SPLIT_CHUNKS = 16  # partial results of a split reduction (>= the thread count, for balance)
 SCATTER_BLOCK = 64  # values of a scatter's parallel axis per prange iteration (when it is last)
 LANES = 8  # independent accumulators of a contiguous reduction (breaks the add dependency chain)
+WORKSPACE_MIN_BYTES = 1 << 20  # intermediates this large are reused across calls (see step 10)
+
+
+def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:
+    """The CPU plan: steps 6-10 on the stages of a target-neutral plan."""
+    overrides = overrides or {}
+    stages: list[Stage] = []
+    for st in plan.stages:
+        ov = overrides.get(st.name, {})
+        st = replace(st, cpu=CpuStagePlan())
+        if isinstance(st, ComputeStage):
+            col, st = im2col(st, ov, _NO_EXPAND)
+            if col is None:
+                col, st = factor_contraction(st, ov, _NO_EXPAND)
+                if col is not None:
+                    col = cpu_strategies(col, {})
+            if col is not None:
+                stages.append(_cpu(col))
+            st = cpu_strategies(st, ov)
+        elif "parallel" not in ov:
+            st = scatter_block(st)
+        stages.append(st)
+    stages = row_buffers(join_stages(stages, overrides))
+    stages = [hoist(st, overrides.get(st.name, {})) for st in stages]
+    outs = {id(t) for t in plan.outputs}
+    stages = [workspace(st, outs, overrides.get(st.name, {})) for st in stages]
+    return replace(plan, target="cpu", stages=tuple(stages))
+
+
+def _cpu(st: S, **kw: Any) -> S:
+    """`st` with fields of its CPU sub-record (and, for stage fields, of itself) replaced."""
+    own = {k: kw.pop(k) for k in list(kw) if k not in _CPU_FIELDS}
+    return replace(st, cpu=replace(st.cpu or CpuStagePlan(), **kw), **own)
+
+
+class _NoExpand:
+    """The expander of stages built from already expanded bodies (im2col, factored sums)."""
+
+    def __call__(self, e: Expr) -> Expr:
+        return e
+
+    def names_in(self, exprs: Sequence[Expr]) -> tuple[str, ...]:
+        return ()
+
+
+_NO_EXPAND = _NoExpand()
 
 
 def factor_contraction(st: ComputeStage, ov: Mapping[str, Any],
@@ -128,7 +191,7 @@ def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
     if ov.get("blas", not loop_keys):
         c = _contraction(st)
         if c is not None:
-            return replace(st, contraction=c, parallel=False, fused=0)
+            return _cpu(st, contraction=c, parallel=False, fused=0)
         if ov.get("blas"):
             raise ScheduleError(f"stage {st.name!r} is not a contraction sum_k A[..] * B[..] over "
                                 f"plain axes covering whole operand dims with static sizes of at "
@@ -137,12 +200,12 @@ def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
         acc = _accumulate(st)
         if acc is not None:
             if acc.split is not None:
-                return replace(st, accumulate=acc, parallel=True, fused=0)
-            return replace(st, accumulate=acc)
+                return _cpu(st, accumulate=acc, parallel=True, fused=0)
+            return _cpu(st, accumulate=acc)
     if ov.get("accumulate", not loop_keys):
         lanes = _lanes(st)
         if lanes > 1:
-            return replace(st, lanes=lanes)
+            return _cpu(st, lanes=lanes)
     if not loop_keys:
         return _split_div_mod(st)
     return st
@@ -173,7 +236,7 @@ def _split_div_mod(st: ComputeStage) -> ComputeStage:
     hi = IterVar(f"{a.name}_hi", const(0), const(ext // c))
     lo = IterVar(f"{a.name}_lo", const(0), const(c))
     bodies = tuple(simplify(substitute(b, {a: hi * c + lo})) for b in st.bodies)
-    return replace(st, bodies=bodies, split=Split(a, hi, lo, c))
+    return _cpu(st, bodies=bodies, split=Split(a, hi, lo, c))
 
 
 def _lanes(st: ComputeStage) -> int:
@@ -412,12 +475,12 @@ def scatter_block(st: ScatterStage) -> ScatterStage:
     if (p is None or st.parallel_dim != len(st.shape) - 1 or len(st.order) < 2
             or not _is_zero(p.lo) or (_const(p.extent) or 0) < 2 * SCATTER_BLOCK):
         return st
-    return replace(st, block=SCATTER_BLOCK)
+    return _cpu(st, block=SCATTER_BLOCK)
 
 
 def _joinable(st: Stage) -> bool:
     return (isinstance(st, ComputeStage) and st.parallel and st.fused == 1 and bool(st.order)
-            and st.contraction is None and st.accumulate is None)
+            and st.cpu.contraction is None and st.cpu.accumulate is None)  # type: ignore[union-attr]
 
 
 def join_stages(stages: list[Stage], overrides: Mapping[str, Mapping[str, Any]]) -> list[Stage]:
@@ -432,7 +495,7 @@ def join_stages(stages: list[Stage], overrides: Mapping[str, Mapping[str, Any]])
             reads = [x for b in st.bodies for x in walk(b)  # type: ignore[union-attr]
                      if isinstance(x, Read) and id(x.tensor) in rows]
             if all(x.indices[rows[id(x.tensor)]] is p for x in reads):
-                st = replace(st, join=True)  # type: ignore[arg-type]
+                st = _cpu(st, join=True)
             else:
                 rows, ext = {}, None
         else:
@@ -456,8 +519,8 @@ def _reads(st: Stage) -> Iterator[Read]:
             elif isinstance(x, Reduce):
                 yield from (r for a in x.axis for b in (a.lo, a.extent) for r in walk(b)
                             if isinstance(r, Read))
-    if isinstance(st, ComputeStage) and st.contraction is not None:
-        c = st.contraction
+    if isinstance(st, ComputeStage) and st.cpu.contraction is not None:  # type: ignore[union-attr]
+        c = st.cpu.contraction  # type: ignore[union-attr]
         yield from (Read(t, (), t.dtype) for t in (c.a, c.b))
 
 
@@ -466,7 +529,7 @@ def row_buffers(stages: list[Stage]) -> list[Stage]:
     group: list[int] = []  # the current joined group, as positions in `stages`
     groups: list[list[int]] = []
     for k, st in enumerate(stages):
-        if getattr(st, "join", False) and group:
+        if st.cpu.join and group:  # type: ignore[union-attr]
             group.append(k)
         else:
             group = [k]
@@ -482,5 +545,84 @@ def row_buffers(stages: list[Stage]) -> list[Stage]:
             ts = [t for t in st.tensors if t is not None]  # type: ignore[union-attr]
             if (not st.is_output and ts and len(st.axes) > 1  # type: ignore[union-attr]
                     and all(readers.get(id(t), set()) <= set(g) - {k} for t in ts)):
-                out[k] = replace(st, row_buffer=True)  # type: ignore[arg-type]
+                out[k] = _cpu(st, row_buffer=True)
     return out
+
+
+def hoist(st: Stage, ov: Mapping[str, Any]) -> Stage:
+    """Step 9: the loop-invariant values of a loop-nest stage, and the float32 divisors among
+    them (overrides: `hoist`, `reciprocal`, both bool)."""
+    c = st.cpu
+    if not isinstance(st, ComputeStage) or c is None or c.contraction is not None \
+            or c.accumulate is not None or not ov.get("hoist", True):
+        return st
+    serial = st.order[st.fused:] if st.parallel and st.fused else st.order
+    if not (serial or any(isinstance(x, Reduce) for b in st.bodies for x in walk(b))):
+        return st
+    found = tuple(_invariant_exprs(st.bodies, set(serial)))
+    recips = tuple(_f32_divisors(st.bodies, set(found))) if ov.get("reciprocal", True) else ()
+    return _cpu(st, hoisted=found, reciprocals=recips)
+
+
+def workspace(st: Stage, outputs: set[int], ov: Mapping[str, Any]) -> Stage:
+    """Step 10: the stage's intermediates of at least WORKSPACE_MIN_BYTES (static shapes),
+    passed in preallocated (override `workspace`: bool)."""
+    if st.cpu is None or st.cpu.row_buffer or not ov.get("workspace", True):
+        return st
+    ts = st.tensors if isinstance(st, ComputeStage) else (st.tensor,)
+    found: list[Tensor] = []
+    for t in ts:
+        if t is None or id(t) in outputs or not all(isinstance(s, Const) for s in t.shape):
+            continue
+        size = np.dtype("bool" if t.dtype == "bool" else t.dtype).itemsize
+        if math.prod(int(s.value) for s in t.shape) * size >= WORKSPACE_MIN_BYTES:  # type: ignore[attr-defined]
+            found.append(t)
+    return _cpu(st, workspace=tuple(found)) if found else st
+
+
+def _invariant_exprs(bodies: Sequence[Expr], inner: set[IterVar]) -> list[Expr]:
+    """The largest subexpressions evaluated on every iteration that read a tensor but use none
+    of the `inner` loop axes nor a reduction axis (`log(s[i])` in a loop over j): safe to compute
+    once.  Select branches, the right side of `&`/`|` and conditioned reductions are not
+    entered (what they read may be guarded); reads at data-dependent indices stay in place."""
+    found: dict[Expr, None] = {}
+    reads: dict[int, bool] = {}  # a read below
+    blocked: dict[int, bool] = {}  # a reduction or a data-dependent read below
+    axes: dict[int, frozenset[IterVar]] = {}  # loop axes used below
+    for x in (x for b in bodies for x in walk(b)):  # children first, once per node
+        kids = children(x)
+        reads[id(x)] = isinstance(x, Read) or any(reads[id(c)] for c in kids)
+        blocked[id(x)] = isinstance(x, Reduce) or any(blocked[id(c)] for c in kids) or (
+            isinstance(x, Read) and any(reads[id(i)] for i in x.indices))
+        axes[id(x)] = frozenset((x,)) if isinstance(x, IterVar) else frozenset().union(
+            *(axes[id(c)] for c in kids))
+
+    stack: list[tuple[Expr, frozenset[IterVar]]] = [(b, frozenset(inner)) for b in reversed(bodies)]
+    while stack:  # preorder, explicit stack
+        e, bound = stack.pop()
+        if isinstance(e, (Read, Call)) and reads[id(e)] and not blocked[id(e)] \
+                and not axes[id(e)] & bound:
+            found.setdefault(e, None)
+            continue
+        match e:
+            case Call(op=Op.SELECT, args=(c, _, _)):
+                kids: tuple[tuple[Expr, frozenset[IterVar]], ...] = ((c, bound),)
+            case Call(op=Op.AND | Op.OR, args=(a, _)):
+                kids = ((a, bound),)
+            case Reduce():
+                if not (isinstance(e.condition, Const) and e.condition.value is True):
+                    continue
+                kids = tuple((s, bound | frozenset(e.axis)) for s in e.source + e.init)
+            case _:
+                kids = tuple((c, bound) for c in children(e))
+        stack.extend(reversed(kids))
+    return list(found)
+
+
+def _f32_divisors(bodies: Sequence[Expr], hoisted: set[Expr]) -> list[Expr]:
+    """Hoisted values that divide float32 expressions in `bodies`, in order."""
+    return list(dict.fromkeys(x.args[1] for b in bodies for x in walk(b)
+                              if isinstance(x, Call) and x.op is Op.DIV and x.dtype == "float32"
+                              and x.args[1] in hoisted))
+
+

@@ -1,7 +1,7 @@
 """CUDA decisions on top of a `Plan` (pure; the CUDA renderer only spells them out).
 
-`plan_for_cuda(plan, overrides)` re-plans the loop nests of a CPU-style plan for a
-GPU, and `strategy(stage)` says how each stage runs:
+`refine(plan, overrides)` re-plans the loop nests of a target-neutral plan for a
+GPU, and `strategy(stage)` (kept in `stage.cuda`) says how each stage runs:
 
 | strategy | when | kernel shape |
 | --- | --- | --- |
@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from ..te.expr import Const, Expr, IterVar, Reduce
 from ..te.visit import walk
-from .plan import ComputeStage, Plan, ScatterStage, Stage
+from .plan import ComputeStage, CudaStagePlan, CudaStrategy, Plan, ScatterStage, Stage
 
 BLOCK_MAX_POINTS = 4096   # block reduction only if the stage has at most this many output points
 BLOCK_MIN_REDUCE = 256    # ... and each point reduces over at least this many iterations
@@ -65,42 +65,43 @@ def rectangular_prefix(axes: tuple[IterVar, ...]) -> int:
     return n
 
 
-def strategy(st: Stage) -> str:
+def strategy(st: Stage) -> CudaStrategy:
     match st:
         case ComputeStage():
             if not st.axes:
-                return "block" if is_block_reduce(st) else "single"
+                return CudaStrategy.BLOCK if is_block_reduce(st) else CudaStrategy.SINGLE
             if not st.parallel or st.fused == 0:
-                return "single"
-            return "block" if is_block_reduce(st) else "thread"
+                return CudaStrategy.SINGLE
+            return CudaStrategy.BLOCK if is_block_reduce(st) else CudaStrategy.THREAD
         case ScatterStage():
             if st.parallel_axis is not None:
-                return "injective"
+                return CudaStrategy.INJECTIVE
             if st.order and st.tensor.dtype in ATOMIC_DTYPES:
-                return "atomic"
-            return "single"
+                return CudaStrategy.ATOMIC
+            return CudaStrategy.SINGLE
     raise TypeError(f"unknown stage {st!r}")
 
 
 def _note(st: Stage) -> str:
     match strategy(st):
-        case "thread":
+        case CudaStrategy.THREAD:
             return (f"cuda: one thread per point of {' * '.join(a.name for a in st.order[:st.fused])}"
                     f" (grid-stride), reductions in registers")
-        case "block":
+        case CudaStrategy.BLOCK:
             return ("cuda: one block per output point, threads stride over the reduction and "
                     "combine in a shared-memory tree")
-        case "injective":
+        case CudaStrategy.INJECTIVE:
             return f"cuda: grid-stride over {st.parallel_axis.name}, plain += (injective)"
-        case "atomic":
+        case CudaStrategy.ATOMIC:
             n = rectangular_prefix(st.order)
             return (f"cuda: grid-stride over {' * '.join(a.name for a in st.order[:n])}, "
                     f"cuda.atomic.add (a true scatter)")
     return "cuda: a single thread runs this stage"
 
 
-def plan_for_cuda(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:
-    """The plan with every compute stage's data axes fused into the grid, and CUDA notes."""
+def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:
+    """The plan with every compute stage's data axes fused into the grid, a strategy per
+    stage (`stage.cuda`) and CUDA notes."""
     overrides = overrides or {}
     stages: list[Stage] = []
     for st in plan.stages:
@@ -109,5 +110,9 @@ def plan_for_cuda(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None 
             n = rectangular_prefix(st.order) or 1
             st = replace(st, parallel=True, fused=n,
                          notes=tuple(x for x in st.notes if not x.startswith("serial:")))
+        st = replace(st, cuda=CudaStagePlan(strategy(st)))
         stages.append(replace(st, notes=(*st.notes, _note(st))))
     return replace(plan, target="cuda", stages=tuple(stages))
+
+
+plan_for_cuda = refine  # the name tools and tests used

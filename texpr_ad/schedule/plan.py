@@ -12,6 +12,7 @@ with the override and says so in its notes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from ..errors import TexprError
 from ..te.expr import Const, Expr, IterVar, Var
@@ -96,6 +97,71 @@ class Split:
     factor: int
 
 
+class Kind(str, Enum):
+    """An enum whose members are also their string values (equal to them, printed as them),
+    so JSON, printed plans and older callers comparing with "block" keep working."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class StageKind(Kind):
+    """What a stage is: the key of `OVERRIDE_KEYS` (schedule/planner.py)."""
+
+    COMPUTE = "compute"
+    SCATTER = "scatter"
+
+
+class CudaStrategy(Kind):
+    """How a stage runs on CUDA (see schedule/cuda.py for when each is chosen)."""
+
+    THREAD = "thread"
+    BLOCK = "block"
+    INJECTIVE = "injective"
+    ATOMIC = "atomic"
+    SINGLE = "single"
+
+
+@dataclass(frozen=True)
+class CpuStagePlan:
+    """The CPU refine step's decisions for one stage (None fields: not taken).
+
+    Compute stages: `contraction` (a BLAS matrix product), `accumulate` (row
+    accumulation / split partial sums), `lanes` (the innermost reduction loop folds into
+    this many accumulators), `join` (runs inside the previous stage's prange), `row_buffer`
+    (an intermediate that only later stages of its joined prange read, at the shared
+    parallel index: a buffer per parallel iteration without that dim, which stays in cache),
+    `split` (the innermost loop axis runs as two loops, axis = factor * hi + lo, as the
+    bodies use it only as axis // factor and axis % factor: a reshape's unflattening),
+    `hoisted` (loop-invariant values computed once before the serial loops, in order) and
+    `reciprocals` (hoisted float32 divisors whose quotients become products with the
+    reciprocal).  Scatter stages: `block` (prange over blocks of that many values of the
+    parallel axis, innermost).  Both: `workspace` (the stage's intermediates passed in as
+    preallocated arrays, reused across calls).
+    """
+
+    contraction: Contraction | None = None
+    accumulate: Accumulate | None = None
+    lanes: int = 1
+    join: bool = False
+    row_buffer: bool = False
+    split: Split | None = None
+    hoisted: tuple[Expr, ...] = ()
+    reciprocals: tuple[Expr, ...] = ()
+    block: int = 0
+    workspace: tuple[Tensor, ...] = ()
+
+
+@dataclass(frozen=True)
+class CudaStagePlan:
+    """The CUDA refine step's decisions for one stage."""
+
+    strategy: CudaStrategy
+
+
 @dataclass(frozen=True)
 class ComputeStage:
     """A materialized compute: `tensors[k][axes] = bodies[k]` at every point of `axes`.
@@ -116,16 +182,8 @@ class ComputeStage:
     reduction: tuple[str, ...]
     inlined: tuple[str, ...]
     notes: tuple[str, ...]
-    contraction: Contraction | None = None  # CPU only: run as a BLAS matrix product
-    accumulate: Accumulate | None = None  # CPU only: row accumulation / split partial sums
-    lanes: int = 1  # CPU only: the innermost reduction loop folds into this many accumulators
-    join: bool = False  # CPU only: runs inside the previous stage's prange (see planner step 8)
-    # CPU only: an intermediate that only later stages of its joined prange read, at the shared
-    # parallel index: a buffer per parallel iteration without that dim (stays in cache)
-    row_buffer: bool = False
-    # CPU only: the innermost loop axis runs as two loops, axis = factor * hi + lo, because the
-    # bodies use it only as axis // factor and axis % factor (a reshape's unflattening)
-    split: Split | None = None
+    cpu: CpuStagePlan | None = None  # the CPU refine step's decisions (schedule/cpu.py)
+    cuda: CudaStagePlan | None = None  # the CUDA refine step's decisions (schedule/cuda.py)
 
     @property
     def parallel_axes(self) -> tuple[IterVar, ...]:
@@ -152,7 +210,8 @@ class ScatterStage:
     is_output: bool
     inlined: tuple[str, ...]
     notes: tuple[str, ...]
-    block: int = 0  # CPU: prange over blocks of `block` values of parallel_axis, innermost
+    cpu: CpuStagePlan | None = None  # the CPU refine step's decisions (schedule/cpu.py)
+    cuda: CudaStagePlan | None = None  # the CUDA refine step's decisions (schedule/cuda.py)
 
     @property
     def strategy(self) -> str:
@@ -160,8 +219,9 @@ class ScatterStage:
             return "serial"
         p = self.parallel_axis.name
         s = f"parallel over {p} (injective: index dim {self.parallel_dim} is {p})"
-        if self.block:
-            s += (f"; blocks of {self.block} {p} values per prange iteration, {p} innermost "
+        block = self.cpu.block if self.cpu is not None else 0
+        if block:
+            s += (f"; blocks of {block} {p} values per prange iteration, {p} innermost "
                   f"(contiguous)")
         return s
 
@@ -187,6 +247,11 @@ class Plan:
                 return s
         raise KeyError(f"plan has no materialized stage {name!r}; stages: "
                        f"{[s.name for s in self.stages]}")
+
+    @property
+    def workspace(self) -> tuple[Tensor, ...]:
+        """The intermediates passed to the kernel as preallocated arrays, in argument order."""
+        return tuple(t for s in self.stages if s.cpu is not None for t in s.cpu.workspace)
 
     def __str__(self) -> str:
         ins = ", ".join(f"{t.name}: {shape_str(t.shape)} {t.dtype}" for t in self.inputs)
@@ -214,42 +279,64 @@ def _stage_lines(s: Stage) -> list[str]:
             shape = shape_str(tuple(a.extent for a in s.axes))
             head = (f"stage {s.name} [{role}, materialized] compute {shape} "
                     + ", ".join(b.dtype for b in s.bodies))
-            if s.contraction is not None:
-                out = [head, f"  loops: none: {s.contraction.describe()}"]
+            c = s.cpu
+            if c is not None and c.contraction is not None:
+                out = [head, f"  loops: none: {c.contraction.describe()}"]
             else:
                 out = [head, f"  loops: {_loops(s)}"]
             out += [f"  reduction: {r}" for r in s.reduction] or ["  reduction: none"]
-            if s.accumulate is not None:
-                out.append(f"  accumulate: {s.accumulate.describe()}")
-            if s.join:
-                out.append("  joined: runs inside the previous stage's prange (same parallel "
-                           "axis; reads the earlier stages of the loop only at its own index)")
-            if s.split is not None:
-                sp = s.split
-                out.append(f"  split: {sp.axis.name} = {sp.factor} * {sp.hi.name} + {sp.lo.name}, "
-                           f"as the body reads it only through // and % by {sp.factor}")
-            if s.row_buffer:
-                out.append("  row buffer: only later stages of this prange read it, at the same "
-                           "parallel index, so each iteration keeps its slice in a small buffer")
-            if s.lanes > 1:
-                out.append(f"  lanes: the innermost reduction loop folds into {s.lanes} "
-                           f"independent accumulators, combined pairwise at the end")
+            if c is not None:
+                out += _cpu_lines(c)
         case ScatterStage():
             head = (f"stage {s.name} [{role}, materialized] scatter-add into zeros"
                     f"{shape_str(s.shape)} {s.tensor.dtype}")
             idx = "; ".join("[" + ", ".join(expr_str(i) for i in u.index) + "]" for u in s.updates)
             loops = " > ".join(a.name for a in s.order) or "(single point)"
             out = [head, f"  loops: {loops}; target index {idx}", f"  scatter: {s.strategy}"]
+            if s.cpu is not None:
+                out += _cpu_lines(s.cpu)
     if s.inlined:
         out.append(f"  inlined: {', '.join(s.inlined)}")
     out += [f"  note: {n}" for n in s.notes]
     return out
 
 
+def _cpu_lines(c: CpuStagePlan) -> list[str]:
+    """The CPU decisions of a stage, one line each with its reason."""
+    out = []
+    if c.accumulate is not None:
+        out.append(f"  accumulate: {c.accumulate.describe()}")
+    if c.join:
+        out.append("  joined: runs inside the previous stage's prange (same parallel "
+                   "axis; reads the earlier stages of the loop only at its own index)")
+    if c.split is not None:
+        sp = c.split
+        out.append(f"  split: {sp.axis.name} = {sp.factor} * {sp.hi.name} + {sp.lo.name}, "
+                   f"as the body reads it only through // and % by {sp.factor}")
+    if c.row_buffer:
+        out.append("  row buffer: only later stages of this prange read it, at the same "
+                   "parallel index, so each iteration keeps its slice in a small buffer")
+    if c.lanes > 1:
+        out.append(f"  lanes: the innermost reduction loop folds into {c.lanes} "
+                   f"independent accumulators, combined pairwise at the end")
+    if c.hoisted:
+        out.append(f"  hoisted: {'; '.join(expr_str(e) for e in c.hoisted)} (loop-invariant: "
+                   f"computed once before the serial loops, which LLVM cannot do past stores)")
+    if c.reciprocals:
+        out.append(f"  reciprocal: float32 division by {', '.join(expr_str(e) for e in c.reciprocals)}"
+                   f" as a product with its reciprocal, computed once (within 1 ulp; scaled by "
+                   f"a power of two when 1/d is not normal)")
+    if c.workspace:
+        out.append(f"  workspace: {', '.join(t.name for t in c.workspace)} (at least "
+                   f"1 MiB: allocated once per thread, reused by later calls)")
+    return out
+
+
 def _loops(s: ComputeStage) -> str:
-    if s.accumulate is not None and s.accumulate.split is not None:
+    acc = s.cpu.accumulate if s.cpu is not None else None
+    if acc is not None and acc.split is not None:
         names = " > ".join(a.name for a in s.order) or "(single point)"
-        return (f"prange(chunks of {s.accumulate.split.name}) > {names} (serial in a chunk); "
+        return (f"prange(chunks of {acc.split.name}) > {names} (serial in a chunk); "
                 f"then the partial results are combined")
     if not s.order:
         return "(zero-dim: a single point, serial)"

@@ -18,21 +18,26 @@ Steps (1-3 and 5 are functions below):
 5. `_scatter`    - a scatter-add runs in parallel only over an axis that one index dim
                    equals exactly (an injective map, so no two iterations hit the same
                    element); otherwise serially.
-6-8. `cpu.py`    - CPU strategies for stages with static sizes: contractions to BLAS (with
+Steps 1-5 make the target-neutral plan (`plan_stages`); each target then refines it
+(`REFINE`):
+6-10. `cpu.py`   - CPU strategies for stages with static sizes: contractions to BLAS (with
                    im2col / a factored contraction for convolutions), row accumulation,
                    split partial sums, accumulator lanes, stages joined into one `prange`,
-                   row buffers, blocked scatters.
+                   row buffers, blocked scatters, hoisted invariants, reciprocals, workspace.
+      `cuda.py`  - the CUDA mapping: data axes fused into the grid, a strategy per stage.
 
 Overrides (`build(..., plan_overrides={stage: {key: value}})`), keys in `OVERRIDE_KEYS`:
 `inline` (bool; True only where legal), `parallel` (bool), `fuse` (int, leading axes of
 the order flattened into the prange), `order` (list of the stage's axis names),
 `blas` (bool: False keeps a contraction in loops), `accumulate` (bool: False keeps the
-scalar accumulator per output point, without lanes).
+scalar accumulator per output point, without lanes), `hoist` (bool: False leaves
+loop-invariant values in the loop), `reciprocal` (bool: False keeps float32 divisions by
+hoisted values), `workspace` (bool: False allocates large intermediates on every call).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..te.dag import topo_order
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, Var
@@ -41,12 +46,16 @@ from ..te.printer import expr_str
 from ..te.simplify import simplify
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tensor
 from ..te.visit import children, substitute, transform, walk
-from .cpu import cpu_strategies, factor_contraction, im2col, join_stages, row_buffers, scatter_block
+from . import cpu, cuda
 from .nest import _const, compute_stage
-from .plan import ComputeStage, Inline, Plan, ScatterStage, ScheduleError, Stage
+from .plan import ComputeStage, Inline, Plan, ScatterStage, ScheduleError, Stage, StageKind
 
-OVERRIDE_KEYS = {"compute": {"inline", "parallel", "fuse", "order", "blas", "accumulate"},
-                 "scatter": {"parallel"}}
+OVERRIDE_KEYS = {StageKind.COMPUTE: {"inline", "parallel", "fuse", "order", "blas", "accumulate",
+                                      "hoist", "reciprocal", "workspace"},
+                 StageKind.SCATTER: {"parallel", "workspace"}}
+# each target's refine step: the target-neutral plan and the overrides -> the target's plan
+REFINE: dict[str, Callable[[Plan, Mapping[str, Mapping[str, Any]] | None], Plan]] = {
+    "cpu": cpu.refine, "cuda": cuda.refine}
 
 
 @dataclass(frozen=True)
@@ -59,7 +68,16 @@ class _Use:
 
 def plan_kernel(outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str = "cpu",
                 overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:
-    """Schedule `outputs` (computed from the placeholders `inputs`) into a loop-nest plan."""
+    """Schedule `outputs` (computed from the placeholders `inputs`) into a loop-nest plan for
+    `target`: the target-neutral plan (`plan_stages`), then the target's refine step."""
+    if target not in REFINE:
+        raise ScheduleError(f"unknown target {target!r}; choose one of {tuple(REFINE)}")
+    return REFINE[target](plan_stages(outputs, inputs, overrides), overrides)
+
+
+def plan_stages(outputs: Sequence[Tensor], inputs: Sequence[Tensor],
+                overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:
+    """The target-neutral plan: stages, inlining, loop nests and scatters (steps 1-5)."""
     outputs, inputs = tuple(outputs), tuple(inputs)
     _check_io(outputs, inputs)
     ops, names = _stages(outputs)
@@ -96,29 +114,16 @@ def plan_kernel(outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str
         ov = overrides.get(names[id(op)], {})
         make = compute_stage if isinstance(op, ComputeOp) else _scatter_stage
         st = make(op, names[id(op)], id(op) in out_ops, expand, ov, tensors_of)  # type: ignore[arg-type]
-        if target == "cpu" and isinstance(st, ComputeStage):
-            col, st = im2col(st, ov, expand)
-            if col is None:
-                col, st = factor_contraction(st, ov, expand)
-                if col is not None:
-                    col = cpu_strategies(col, {})
-            if col is not None:
-                stages.append(col)
-            st = cpu_strategies(st, ov)
-        elif target == "cpu" and isinstance(st, ScatterStage) and "parallel" not in ov:
-            st = scatter_block(st)
         if id(op) not in out_ops:
             st = replace(st, notes=(f"materialized: {why_kept[id(op)]}", *st.notes))
         stages.append(st)
-    if target == "cpu":
-        stages = row_buffers(join_stages(stages, overrides))
     inl = tuple(Inline(names[k], ", ".join(dict.fromkeys(names[id(u.reader)] for u in us)),
                        f"read once, outside any reduction, at the reader's own data axes "
                        f"({expr_str(us[0].read)})" if len(us) == 1 and not us[0].under_reduce else
                        "a plain read of its source (copy, broadcast, transpose): re-reading the "
                        "source where it is used costs what reading it back would")
                 for k, us in inlined.items())
-    return Plan(target, inputs, outputs, _params(inputs, outputs, ops), tuple(stages), inl)
+    return Plan("any", inputs, outputs, _params(inputs, outputs, ops), tuple(stages), inl)
 
 
 # -- 1. stages and checks ------------------------------------------------------------
@@ -173,11 +178,11 @@ def _check_overrides(ov: dict[str, Mapping[str, Any]], ops: list, names: dict[in
         if stage not in by_name:
             raise ScheduleError(f"plan_overrides names stage {stage!r}, which is not in this "
                                 f"kernel; stages: {sorted(by_name)}")
-        kind = "compute" if isinstance(by_name[stage], ComputeOp) else "scatter"
+        kind = StageKind.COMPUTE if isinstance(by_name[stage], ComputeOp) else StageKind.SCATTER
         bad = set(keys) - OVERRIDE_KEYS[kind]
         if bad:
             raise ScheduleError(f"plan_overrides[{stage!r}]: unknown key(s) {sorted(bad)} for a "
-                                f"{kind} stage; allowed: {sorted(OVERRIDE_KEYS[kind])}")
+                                f"{kind.value} stage; allowed: {sorted(OVERRIDE_KEYS[kind])}")
 
 
 # -- 2. uses --------------------------------------------------------------------------
