@@ -272,7 +272,7 @@ def test_loop_invariant_reads_are_hoisted_but_guarded_reads_are_not():
     C = te.compute((64, 100), lambda i, j: te.if_then_else(j > 0, s[i], A[i, j]), name="C")
     _, src = render([B, C], [A, s])
     body_b = src.split("# stage B\n")[1].split("# stage C\n")[0]
-    assert "s_r = s[i]" in body_b and "/ s_r" in body_b  # loaded once per row
+    assert "s_r = s[i]" in body_b and "/ (s_r" in body_b  # loaded once per row
     body_c = src.split("# stage C\n")[-1]
     assert "_r = " not in body_c  # a read under a select branch stays where it was
     a = np.random.default_rng(0).standard_normal((64, 100)).astype("float32")
