@@ -13,19 +13,17 @@ import sys
 import traceback
 from pathlib import Path
 
+from texpr_ad.kernels.backends import backend
 from texpr_ad.ops import select
-from texpr_ad.report.checks import derive
+from texpr_ad.schedule.planner import plan_stages
+from texpr_ad.testing import derive
 
 
 def plan_and_render(outs: list, ins: list, target: str) -> tuple[object, str]:
-    from texpr_ad.kernels.numba_cpu import CPURenderer
-    from texpr_ad.kernels.numba_cuda import CUDARenderer, plan_cuda
-    from texpr_ad.schedule.planner import plan_kernel
-    if target == "cuda":
-        plan = plan_cuda(outs, ins)
-        return plan, CUDARenderer().render(plan)
-    plan = plan_kernel(outs, ins, "cpu")
-    return plan, CPURenderer().render(plan)
+    """The build pipeline up to the source (no availability check, no compile)."""
+    b = backend(target)
+    plan = b.refine(plan_stages(outs, ins), None)
+    return plan, b.renderer().render(plan)
 
 
 def dump(out: Path, pattern: str = "*") -> int:

@@ -31,6 +31,7 @@ from ..schedule.plan import ComputeStage, CudaStrategy, Plan, ScatterStage
 from ..te.expr import Call, Const, Expr, Read, Reduce
 from ..te.ops import Op
 from ..te.visit import walk
+from .kernel import Kernel, index_error
 from .render import (ERR_NAME, EXPR_RULES, KERNEL_NAME, Renderer, Rule, _atom, _is_placeholder,
                      _Render, _reduce_groups, read_site, stage_unproven, top)
 
@@ -529,28 +530,12 @@ def host_stand_in(a: Any) -> np.ndarray:
 
 def plan_cuda(outputs: Sequence[Any], inputs: Sequence[Any],
               overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:
-    """The CUDA plan of `outputs` (the CPU planner's decisions, re-planned by schedule.cuda)."""
+    """The CUDA plan of `outputs` (the target-neutral plan, refined by schedule.cuda)."""
     from ..schedule.planner import plan_kernel
     return plan_kernel(list(outputs), list(inputs), "cuda", overrides)
 
 
-def build_cuda(outputs: Sequence[Any], inputs: Sequence[Any],
-               overrides: Mapping[str, Mapping[str, Any]] | None = None) -> "CudaKernel":
-    require_cuda()
-    return CudaKernel(plan_cuda(outputs, inputs, overrides), CUDARenderer())
-
-
-def index_error(e: IndexError) -> Exception:
-    from .build import index_error as f
-    return f(e)
-
-
-def _kernel_base() -> type:
-    from .build import Kernel
-    return Kernel
-
-
-class CudaKernel(_kernel_base()):  # type: ignore[misc]
+class CudaKernel(Kernel):
     """A built CUDA kernel.  NumPy arrays in: copied to the device and the outputs copied back.
     Any device array in (numba.cuda or `__cuda_array_interface__`): no copies of those, and
     the outputs stay on the device (for chaining kernels).  Argument checks are the CPU ones."""

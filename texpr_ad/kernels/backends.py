@@ -1,0 +1,51 @@
+"""The targets, one record each: what a target requires, how it refines a target-neutral
+plan, how it renders the plan and what kernel class compiles and calls the source.
+
+    build = plan (schedule.planner.plan_stages) -> backend.refine -> backend.renderer().render
+            -> backend.kernel_class (compile; call)
+
+Adding a target means adding its modules (a refine step in schedule/, a renderer and a
+kernel class in kernels/) and one record here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from ..schedule import cpu, cuda
+from ..schedule.plan import Plan, ScheduleError
+from .kernel import Kernel
+from .numba_cpu import CPURenderer
+from .numba_cuda import CUDARenderer, CudaKernel, require_cuda
+from .render import Renderer
+
+Overrides = Mapping[str, Mapping[str, Any]] | None
+
+
+def _always() -> None:
+    """The CPU target needs nothing beyond the package's own dependencies (numba)."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One target.  `available()` raises, naming the fix, when the target cannot run here."""
+
+    name: str
+    available: Callable[[], None]
+    refine: Callable[[Plan, Overrides], Plan]
+    renderer: Callable[[], Renderer]
+    kernel_class: Callable[[Plan, Renderer], Kernel]
+
+
+BACKENDS: dict[str, Backend] = {b.name: b for b in (
+    Backend("cpu", _always, cpu.refine, CPURenderer, Kernel),
+    # one @cuda.jit kernel per stage; numba.cuda is imported when the generated module loads
+    Backend("cuda", require_cuda, cuda.refine, CUDARenderer, CudaKernel),
+)}
+
+
+def backend(target: str) -> Backend:
+    """The record of `target`, or a ScheduleError listing the targets."""
+    if target not in BACKENDS:
+        raise ScheduleError(f"unknown target {target!r}; choose one of {tuple(BACKENDS)}")
+    return BACKENDS[target]
