@@ -40,7 +40,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from texpr_ad.report.checks import timed  # noqa: E402
+from texpr_ad.testing import rel_error, sample_times, timed  # noqa: E402
 
 
 def _set_threads() -> None:
@@ -55,25 +55,12 @@ def _set_threads() -> None:
 def _paired_times(f: Callable[[], Any], g: Callable[[], Any], repeat: int,
                   warmup: int = 2) -> tuple[float, float, float, float]:
     """(median f, median g, min f, min g), calls interleaved so both see the same machine load."""
-    for _ in range(warmup):
-        f()
-        g()
-    tf, tg = [], []
-    for _ in range(repeat):
-        for fn, ts in ((f, tf), (g, tg)):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
+    tf, tg = sample_times(f, g, repeat=repeat, warmup=warmup)
     return statistics.median(tf), statistics.median(tg), min(tf), min(tg)
 
 
 def _rel_err(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> float:
-    err = 0.0
-    for a, b in zip(got, want, strict=True):
-        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-        scale = max(float(np.max(np.abs(b))) if b.size else 0.0, 1e-30)
-        err = max(err, float(np.max(np.abs(a - b))) / scale if b.size else 0.0)
-    return err
+    return max((rel_error(a, b) for a, b in zip(got, want, strict=True)), default=0.0)
 
 
 def _head(shape: tuple[int, ...], seed: int = 1) -> np.ndarray:

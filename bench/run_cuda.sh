@@ -21,7 +21,7 @@ echo "== CUDA tests on the GPU (TEXPR_CUDA_REAL=1: no simulator)"
 TEXPR_CUDA_REAL=1 "$PYTEST" tests/cuda -x -q -s
 
 echo "== per-operator check on the GPU (forward + gradients vs CPU kernels)"
-"$PYTHON" -m texpr_ad.kernels.cuda_check --ref cpu | "$PYTHON" -c '
+"$PYTHON" -m texpr_ad.testing.cuda --ref cpu | "$PYTHON" -c '
 import collections, json, sys
 rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
 print(dict(collections.Counter(r["status"] for r in rows)))
@@ -30,7 +30,7 @@ for r in rows:
         print("FAIL", r["op"], r["detail"])'
 
 echo "== registers and spills (ptxas -v, sm_90)"
-"$PYTHON" -m texpr_ad.kernels.ptx_report | tail -n 8
+"$PYTHON" -m texpr_ad.testing.ptx | tail -n 8
 
 # Hook for the bench workloads (bench/ is written separately): any runner that accepts
 # --target is run with --target cuda.

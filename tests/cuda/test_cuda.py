@@ -45,7 +45,7 @@ def test_kernel_features():
 
 
 def _sweep(extra: list[str]) -> list[dict]:
-    procs = [_spawn(["-m", "texpr_ad.kernels.cuda_check", "--ref", "interp", "--shard", f"{k}/2",
+    procs = [_spawn(["-m", "texpr_ad.testing.cuda", "--ref", "interp", "--shard", f"{k}/2",
                      *extra]) for k in range(2)]
     rows = []
     for p in procs:

@@ -2,7 +2,7 @@
 
 `numba.cuda.compile_ptx(..., cc=(9, 0))` needs no GPU but the real numba.cuda (no
 simulator), so it runs in a child process; `ptxas -arch=sm_90 -v` gives registers
-and spills (printed; run `python -m texpr_ad.kernels.ptx_report` for the table).
+and spills (printed; run `python -m texpr_ad.testing.ptx` for the table).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test_every_kernel_compiles_and_assembles_for_sm90():
     env = dict(os.environ)
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, "-m", "texpr_ad.kernels.ptx_report", "--jobs", "2"],
+    p = subprocess.run([sys.executable, "-m", "texpr_ad.testing.ptx", "--jobs", "2"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     lines = p.stdout.splitlines()
     summary = lines[lines.index("") + 1:] if "" in lines else lines[-5:]

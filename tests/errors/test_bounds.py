@@ -16,7 +16,7 @@ from texpr_ad import te
 from texpr_ad.kernels.build import KernelArgumentError, KernelIndexError
 from texpr_ad.kernels.numba_cpu import CPURenderer
 from texpr_ad.ops import get
-from texpr_ad.report.checks import derive
+from texpr_ad.testing import derive
 from texpr_ad.schedule.planner import plan_kernel
 from texpr_ad.te.bounds import Verdict, dim_verdict, facts, guarded_reads, read_verdicts
 from texpr_ad.te.expr import IterVar, const

@@ -2,7 +2,7 @@
 
 Runs on the NumPy reference evaluator here (tests/numeric/test_kernels_ops.py
 repeats the check on the compiled CPU kernels).  Tolerance: the scale-free
-directional error |<g, t> - fd| / (|g| |t|) <= 1e-6 (see report/checks.py).
+directional error |<g, t> - fd| / (|g| |t|) <= 1e-6 (see texpr_ad/testing/ops.py).
 """
 import os
 import subprocess
@@ -13,7 +13,7 @@ import pytest
 
 from texpr_ad.ops import select
 from texpr_ad.te.work import work
-from texpr_ad.report.checks import check_grad, derive
+from texpr_ad.testing import check_grad, derive
 
 ENTRIES = [e for e in select("*") if e.has_compute]
 
@@ -61,7 +61,7 @@ def test_derivation_is_deterministic():
 def test_derivation_is_identical_across_processes():
     """Two processes (different hash seeds, so set and dict orders of ids differ) print the same
     adjoints byte for byte."""
-    script = ("from texpr_ad.ops import select\nfrom texpr_ad.report.checks import derive\n"
+    script = ("from texpr_ad.ops import select\nfrom texpr_ad.testing import derive\n"
               "for e in select('dense,conv2d*,max_pool2d,softmax,take,resize_bilinear,layer_norm'):\n"
               "    d = derive(e)\n    print(e.name, *(str(g) for g in d.grads), sep='\\n')\n")
     outs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,

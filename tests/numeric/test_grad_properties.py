@@ -35,7 +35,7 @@ evaluated by the NumPy reference evaluator `te.evaluate`, and for every input a
 random direction `t` with the central difference
 `D(h) = (<dY, Y(x + h t)> - <dY, Y(x - h t)>) / 2h` at `h = 1e-6` and `2h`,
 Richardson-extrapolated to `fd = D(h) + (D(h) - D(2h)) / 3`.  Tolerance (the
-scale-free error of `texpr_ad.report.checks.check_grad`, plus a roundoff term):
+scale-free error of `texpr_ad.testing.check_grad`, plus a roundoff term):
 
     |<g, t> - fd| <= 1e-6 * |g| |t| + 1e-9 * (sum |dY * Y| + 1)
 

@@ -6,7 +6,7 @@ import pytest
 import texpr_ad as ta
 from texpr_ad import te
 from texpr_ad.ops import get
-from texpr_ad.report.checks import derive
+from texpr_ad.testing import derive
 
 OPS = ["tanh", "softmax", "dense", "conv2d_strided", "layer_norm", "prod_with_zero", "log_softmax",
        "max_pool2d", "scaled_dot_product_attention", "take"]

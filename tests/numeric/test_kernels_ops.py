@@ -3,7 +3,7 @@ and the adjoint kernels match float64 central differences (same figure as the re
 import pytest
 
 from texpr_ad.ops import select
-from texpr_ad.report.checks import check_forward, check_grad, cpu_runner
+from texpr_ad.testing import check_forward, check_grad, cpu_runner
 
 ENTRIES = [e for e in select("*") if e.has_compute]
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from texpr_ad.ops import registry
-from texpr_ad.report import checks, cli, columns
+from texpr_ad import testing
+from texpr_ad.report import cli, columns
 from texpr_ad.report.columns import select_columns
 from texpr_ad.report.coverage import LEGEND, SCHEMA, run_coverage
 
@@ -160,7 +161,7 @@ def test_exit_code_when_a_forward_fails(monkeypatch, capsys):
 def test_exit_code_when_a_gradient_check_fails(monkeypatch, capsys):
     _patch_registry(monkeypatch, [registry.get("dense")])
     monkeypatch.setattr(columns, "check_grad",
-                        lambda entry, runner: checks.Result("fail", 0.5, "gradient rel err 5e-01"))
+                        lambda entry, runner: testing.Result("fail", 0.5, "gradient rel err 5e-01"))
     rc = cli.main(["coverage", "--targets", "cpu", "--format", "json", "--no-progress"])
     doc = json.loads(capsys.readouterr().out)
     assert rc == 1 and not doc["summary"]["ok"]

@@ -4,7 +4,7 @@ import pytest
 
 from texpr_ad import te
 from texpr_ad.ops import select
-from texpr_ad.report.checks import derive
+from texpr_ad.testing import derive
 from texpr_ad.te.expr import Reduce, as_expr
 from texpr_ad.te.tensor import ComputeOp
 from texpr_ad.te.visit import walk

@@ -97,3 +97,10 @@ def warn_serial() -> None:
                       "'forkserver' start method, or NUMBA_THREADING_LAYER=tbb (pip install "
                       "tbb, the `tbb` extra)",
                       ThreadingWarning, stacklevel=4)
+
+
+def set_num_threads(n: int) -> None:
+    """Run parallel kernels on `n` threads (`numba.set_num_threads`), e.g. one in each worker
+    process of a pool that already keeps the cores busy."""
+    import numba
+    numba.set_num_threads(n)

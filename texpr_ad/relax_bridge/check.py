@@ -24,11 +24,11 @@ import numpy as np
 
 from .. import te
 from ..ops.registry import OpEntry, Sample
-from ..report.checks import Result, derive
 from ..te import dtype as dt
 from ..te.dag import replace_inputs
 from ..te.expr import Const
 from ..te.tensor import Tensor
+from ..testing import Result, Status, derive, fd_step, grad_error, rel_error
 from .api import call_te_with_auto_grad, prepare_for_build
 
 SEED = 1234
@@ -79,17 +79,6 @@ def relax_module(entry: OpEntry, sample: Sample) -> Any:
     return bb.get()
 
 
-def _rel(a: np.ndarray, b: np.ndarray, what: str) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if a.shape != b.shape:
-        raise ValueError(f"{what}: shape {a.shape} != reference shape {b.shape}")
-    if a.size == 0:
-        return 0.0
-    if not np.isfinite(a).all():
-        return float("inf")
-    return float(np.abs(a - b).max() / max(float(np.abs(b).max()), 1e-300))
-
-
 def _fd_error(entry: OpEntry, s: Sample, fidx: Sequence[int], heads: Sequence[np.ndarray],
               wrt: Sequence[int], grads: Sequence[np.ndarray], rng: np.random.Generator,
               eps: float, directions: int) -> float:
@@ -99,19 +88,7 @@ def _fd_error(entry: OpEntry, s: Sample, fidx: Sequence[int], heads: Sequence[np
         return float(sum(np.vdot(h, np.asarray(ys[k], np.float64))
                          for k, h in zip(fidx, heads, strict=True)))
 
-    worst = 0.0
-    for k, g in zip(wrt, grads, strict=True):
-        for _ in range(directions):
-            t = rng.standard_normal(np.shape(g))
-            plus, minus = list(s.arrays), list(s.arrays)
-            plus[k] = s.arrays[k] + eps * t
-            minus[k] = s.arrays[k] - eps * t
-            fd = (loss(plus) - loss(minus)) / (2 * eps)
-            scale = float(np.linalg.norm(g) * np.linalg.norm(t))
-            err = abs(float(np.vdot(g, t)) - fd) / scale if scale else \
-                abs(fd) / (abs(loss(list(s.arrays))) + 1.0)
-            worst = max(worst, err)
-    return worst
+    return grad_error(loss, s.arrays, dict(zip(wrt, grads, strict=True)), eps, directions, rng)
 
 
 def check_op(entry: OpEntry, directions: int = 2, seed: int = SEED) -> Result:
@@ -122,16 +99,16 @@ def check_op(entry: OpEntry, directions: int = 2, seed: int = SEED) -> Result:
     a differentiable input, "skip" without a compute form, "fail" with the reason.
     """
     if not entry.has_compute:
-        return Result("skip", None, f"{entry.name}: no compute form ({entry.no_compute})")
+        return Result(Status.SKIP, None, f"{entry.name}: no compute form ({entry.no_compute})")
     try:
         d = derive(entry, "float64")
         if d is None:
-            return Result("nondiff", None, f"{entry.name}: no differentiable input")
+            return Result(Status.NONDIFF, None, f"{entry.name}: no differentiable input")
         return _check(entry, d, directions, seed)
     except Exception as e:  # noqa: BLE001 - reported per operator
         msg = str(e).strip().splitlines()
         first = next((ln for ln in msg if "Error" in ln or "error" in ln), msg[0] if msg else "")
-        return Result("fail", None, f"{entry.name}: {type(e).__name__}: {first}"[:400])
+        return Result(Status.FAIL, None, f"{entry.name}: {type(e).__name__}: {first}"[:400])
 
 
 def _check(entry: OpEntry, d: Any, directions: int, seed: int) -> Result:
@@ -166,7 +143,7 @@ def _check(entry: OpEntry, d: Any, directions: int, seed: int) -> Result:
     for k, (y, w) in enumerate(zip(ys, want, strict=True)):
         if y.dtype != np.dtype(outs[k].dtype):
             raise ValueError(f"output {k} has dtype {y.dtype}, expected {outs[k].dtype}")
-        fwd = max(fwd, _rel(y, w, f"output {k}"))
+        fwd = max(fwd, rel_error(y, w, f"output {k}"))
     loss_ref = sum(float(np.vdot(h, np.asarray(want[k], np.float64)))
                    for k, h in zip(fidx, heads, strict=True))
     fwd = max(fwd, abs(float(loss_t.numpy()) - loss_ref) / (abs(loss_ref) + 1e-300))
@@ -179,11 +156,11 @@ def _check(entry: OpEntry, d: Any, directions: int, seed: int) -> Result:
            for k, g in zip(wrt, d.grads, strict=True)]
     agree = 0.0
     for k, g, o in zip(wrt, grads, own, strict=True):
-        err = _rel(g, o, f"gradient of input {s.inputs[k].name!r}")
+        err = rel_error(g, o, f"gradient of input {s.inputs[k].name!r}")
         agree = max(agree, err if np.abs(o).max(initial=0.0) > 0 else float(np.abs(g).max(initial=0)))
 
     # gradients against central differences of the reference loss
-    eps = 1e-6 if all(outs[k].dtype == "float64" for k in fidx) else 1e-2
+    eps = fd_step(outs[k].dtype for k in fidx)
     fd = _fd_error(entry, s, fidx, heads, wrt, grads, rng, eps, directions)
 
     extra: dict[str, object] = {"forward": fwd, "vs_texpr_ad": agree, "vs_fd": fd,
@@ -194,8 +171,8 @@ def _check(entry: OpEntry, d: Any, directions: int, seed: int) -> Result:
         ("gradient vs central differences", fd, max(entry.tol, 1e-6))) if not v <= tol]
     figure = max(fwd, agree, fd)
     if bad:
-        return Result("fail", figure, f"{entry.name}: " + "; ".join(bad), extra)
-    return Result("ok", figure, "", extra)
+        return Result(Status.FAIL, figure, f"{entry.name}: " + "; ".join(bad), extra)
+    return Result(Status.OK, figure, "", extra)
 
 
 __all__ = ["check_op", "relax_module", "sample_operator"]

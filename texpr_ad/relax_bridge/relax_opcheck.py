@@ -21,6 +21,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from ..testing import Status, fd_step, grad_error, rel_error
 from .relax_ops import derived_gradient, no_grad_gradient, sample_params
 from .relax_samples import F, NO_GRAD_ARGS, ZERO_GRADIENT, Sample, op_of, sample
 
@@ -29,11 +30,11 @@ SEED = 1234
 
 @dataclass
 class OpCheck:
-    """One op through the pass: status "ok" or "fail" (with `detail`); `error` is the worst
+    """One op through the pass: status OK or FAIL (with `detail`); `error` is the worst
     scale-free central-difference error; `grads` the gradients (kept for comparisons)."""
 
     op: str
-    status: str
+    status: Status
     error: float | None = None
     detail: str = ""
     seconds: float = 0.0
@@ -95,7 +96,7 @@ def check(op: str, seed: int = SEED, directions: int = 2) -> OpCheck:
         lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
         first = next((ln for ln in lines if "Error" in ln or "error" in ln or "failed" in ln),
                      lines[-1] if lines else "")
-        return OpCheck(op, "fail", None, f"{type(e).__name__}: {first.strip()}"[:300],
+        return OpCheck(op, Status.FAIL, None, f"{type(e).__name__}: {first.strip()}"[:300],
                        time.perf_counter() - t0)
 
 
@@ -127,32 +128,22 @@ def _check(op: str, seed: int, directions: int, t0: float) -> OpCheck:
 
     _, grads_t = vm["main_adjoint"](*[tvm.runtime.tensor(np.asarray(x)) for x in args])
     grads = [g.numpy() for g in grads_t][:len(wrt)]
-    eps = 1e-6 if s.dtype == "float64" else 1e-2
-    worst = 0.0
     for k, g in zip(wrt, grads, strict=True):
         if g.shape != args[k].shape:
             raise ValueError(f"gradient of argument {k} has shape {g.shape}, "
                              f"the argument {args[k].shape}")
-        if zero:
-            worst = max(worst, float(np.abs(g).max(initial=0.0)))
-            continue
-        for _ in range(directions):
-            t = rng.standard_normal(g.shape)
-            plus, minus = list(args), list(args)
-            plus[k] = (args[k] + eps * t).astype(args[k].dtype)
-            minus[k] = (args[k] - eps * t).astype(args[k].dtype)
-            fd = (loss(plus) - loss(minus)) / (2 * eps)
-            scale = float(np.linalg.norm(g) * np.linalg.norm(t))
-            err = abs(float(np.vdot(g, t)) - fd) / scale if scale else \
-                abs(fd) / (abs(loss(args)) + 1.0)
-            worst = max(worst, err)
+    if zero:
+        worst = max((float(np.abs(g).max(initial=0.0)) for g in grads), default=0.0)
+    else:
+        worst = grad_error(loss, args, dict(zip(wrt, grads, strict=True)), fd_step([s.dtype]),
+                           directions, rng)
     seconds = time.perf_counter() - t0
     names = [str(params[k].name) for k in wrt]
     if not worst <= s.tol:
         what = "expected a zero gradient, max |g|" if zero else "central differences: rel err"
-        return OpCheck(op, "fail", worst, f"{what} {worst:.2e} > {s.tol:g}", seconds, names,
+        return OpCheck(op, Status.FAIL, worst, f"{what} {worst:.2e} > {s.tol:g}", seconds, names,
                        grads)
-    return OpCheck(op, "ok", worst, "", seconds, names, grads)
+    return OpCheck(op, Status.OK, worst, "", seconds, names, grads)
 
 
 @contextlib.contextmanager
@@ -182,8 +173,7 @@ def compare_with_stock(op: str, seed: int = SEED) -> tuple[OpCheck, OpCheck, flo
         mine = check(op, seed)
     diff = float("nan")
     if stock.grads and mine.grads and len(stock.grads) == len(mine.grads):
-        diff = max((float(np.abs(a - b).max() / max(float(np.abs(a).max()), 1e-300))
-                    if a.size else 0.0) for a, b in zip(stock.grads, mine.grads, strict=True))
+        diff = max(rel_error(b, a) for a, b in zip(stock.grads, mine.grads, strict=True))
     return stock, mine, diff
 
 

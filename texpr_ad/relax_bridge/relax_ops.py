@@ -47,6 +47,12 @@ def tensor_ops() -> list[str]:
             if n not in INFRASTRUCTURE and not n.startswith(INFRASTRUCTURE_PREFIXES)]
 
 
+def tvm_version() -> str:
+    """The installed TVM's version (what the Relax matrix ran against)."""
+    import tvm
+    return str(tvm.__version__)
+
+
 def has_gradient(op: str) -> bool:
     """Whether `op` has a gradient TVM wrote (not one `register_missing_gradients` added)."""
     import tvm

@@ -1,5 +1,5 @@
 """The coverage report over the operator registry, its renderings and the `texpr-ad` CLI."""
-from .checks import Result, check_forward, check_grad, cpu_runner, derive, interp_runner
+from ..testing import Result, check_forward, check_grad, cpu_runner, derive, interp_runner
 from .columns import COLUMNS, Column, select_columns
 from .coverage import LEGEND, SCHEMA, Report, run_coverage
 from .render import render_html, render_json, render_markdown, render_table

@@ -369,53 +369,29 @@ def cmd_grad(args: argparse.Namespace) -> int:
 def _user_grad_check(outputs: list[Any], inputs: list[Any], arrays: Sequence[np.ndarray],
                      wrt: list[Any], tol: float, seed: int,
                      directions: int = 2) -> tuple[str, float | None, str]:
-    """Adjoint kernels vs central differences of <head, f(x)> (as `checks.check_grad`, which
-    works on registry entries), with symbolic dims bound from the arrays' shapes.
-    Returns (status, max error, note)."""
+    """Adjoint kernels vs central differences of <head, f(x)> (`testing.vjp_error`, as
+    `testing.check_grad` on registry entries), with symbolic dims bound from the arrays'
+    shapes.  Returns (status, max error, note)."""
     from .. import te
     from ..deriv import grad
     from ..te import dtype as dt
     from ..te.expr import Var
     from ..te.work import work
-    from .checks import Derived
-    from .columns import CachedCPURunner
+    from ..testing import CachedCPURunner, Status, adjoint_strategy, vjp_error
 
     outs = [o for o in outputs if dt.is_float(o.dtype)]
     if not wrt or not outs:
-        return "nondiff", None, "  (no float input or no float output)"
+        return Status.NONDIFF, None, "  (no float input or no float output)"
     env = {d: n for x, a in zip(inputs, arrays, strict=True)
            for d, n in zip(x.shape, np.shape(a), strict=True) if isinstance(d, Var)}
     heads = [te.placeholder(o.shape, o.dtype, name=f"d{o.name}") for o in outs]
     grads = grad(outs, wrt, head=heads)
     live = [g for g in grads if g is not None]
-    run = CachedCPURunner()
-    rng = np.random.default_rng(seed + 1)
-    ys = run(outs, inputs, arrays)
-    gs = [rng.standard_normal(np.shape(y)).astype(y.dtype) for y in ys]
-    adj = iter(run(live, inputs + heads, list(arrays) + gs) if live else [])
-    eps = 1e-6 if all(o.dtype == "float64" for o in outs) else 1e-2
-
-    def loss(xs: list[np.ndarray]) -> float:
-        return float(sum(np.vdot(g, y) for g, y in zip(gs, run(outs, inputs, xs), strict=True)))
-
-    worst = 0.0
-    for x, gx in zip(wrt, grads, strict=True):
-        k = inputs.index(x)
-        a = np.zeros(np.shape(arrays[k])) if gx is None else next(adj)
-        for _ in range(directions):
-            t = rng.standard_normal(np.shape(a))
-            plus, minus = list(arrays), list(arrays)
-            plus[k] = (arrays[k] + eps * t).astype(arrays[k].dtype)
-            minus[k] = (arrays[k] - eps * t).astype(arrays[k].dtype)
-            fd = (loss(plus) - loss(minus)) / (2 * eps)
-            scale = float(np.linalg.norm(a) * np.linalg.norm(t))
-            err = abs(float(np.vdot(a, t)) - fd) / scale if scale else abs(fd) / (
-                abs(loss(list(arrays))) + 1.0)
-            worst = max(worst, err)
+    worst = vjp_error(outs, inputs, arrays, wrt, grads, heads, CachedCPURunner(),
+                      np.random.default_rng(seed + 1), directions)
     ratio = work(live, env) / max(work(outs, env), 1) if live else 0.0
-    strategy = Derived(None, outs, heads, wrt, grads).strategy  # type: ignore[arg-type]
-    note = f"  [{strategy} adjoint, adjoint/forward work {ratio:.2f}]"
-    return ("ok" if worst <= tol else "fail"), worst, note
+    note = f"  [{adjoint_strategy(grads)} adjoint, adjoint/forward work {ratio:.2f}]"
+    return (Status.OK if worst <= tol else Status.FAIL), worst, note
 
 
 if __name__ == "__main__":

@@ -2,52 +2,28 @@
 
 A column is `Column(key, title, target, fn, enabled, gating, doc)`: `fn(run)`
 maps an `OpRun` (one operator, with its expensive checks memoized so several
-columns can share them) to a `checks.Result`.  `enabled()` says whether the
+columns can share them) to a `testing.Result`.  `enabled()` says whether the
 column's dependency is present; when it is not, every cell reads "n/a" with the
 reason.  A failing cell in a `gating` column makes `texpr-ad coverage` exit
 non-zero.  Adding a column is one line in `COLUMNS`.
 """
 from __future__ import annotations
 
-import importlib
-import time
+import importlib.util
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
 from ..ops.registry import OpEntry
-from ..te.tensor import Tensor
 from ..te.work import work
-from .checks import Derived, Result, check_forward, check_grad, derive
+from ..testing import (CachedCPURunner, Derived, Result, Status, check_forward, check_grad,
+                       derive, rel_error, timed)
 from .torch_refs import TORCH_REFS, torch_available
 
 WORK_BUDGET = 16.0  # adjoint/forward iteration ratio above which the work cell fails
 TORCH_TOL = 1e-6    # max relative difference between the adjoint and torch autograd (float64)
-
-
-class CachedCPURunner:
-    """`checks.cpu_runner` that builds each (outputs, inputs) DAG once.
-
-    check_grad evaluates the forward many times (finite differences); planning
-    it again on every call costs more than running it.
-    """
-
-    def __init__(self) -> None:
-        self._kernels: dict[tuple[int, ...], Any] = {}
-
-    def kernel(self, outputs: Sequence[Tensor], inputs: Sequence[Tensor]) -> Any:
-        from ..kernels import build
-        key = tuple(id(t) for t in outputs) + (-1,) + tuple(id(t) for t in inputs)
-        if key not in self._kernels:
-            self._kernels[key] = (build(list(outputs), list(inputs), target="cpu"),
-                                  outputs, inputs)  # keep the tensors alive: ids stay unique
-        return self._kernels[key][0]
-
-    def __call__(self, outputs: Sequence[Tensor], inputs: Sequence[Tensor],
-                 arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return list(self.kernel(outputs, inputs)(*arrays))
 
 
 class OpRun:
@@ -76,7 +52,7 @@ class OpRun:
 def _no_compute(entry: OpEntry) -> Result | None:
     if entry.has_compute:
         return None
-    return Result("nocompute", None, entry.no_compute)
+    return Result(Status.NOCOMPUTE, None, entry.no_compute)
 
 
 def _derivation(run: OpRun) -> Result | Derived:
@@ -84,9 +60,9 @@ def _derivation(run: OpRun) -> Result | Derived:
         return r
     d = run.derived
     if isinstance(d, BaseException):
-        return Result("fail", None, f"derivation: {type(d).__name__}: {d}"[:400])
+        return Result(Status.FAIL, None, f"derivation: {type(d).__name__}: {d}"[:400])
     if d is None:
-        return Result("nondiff", None, _nondiff_reason(run.entry))
+        return Result(Status.NONDIFF, None, _nondiff_reason(run.entry))
     return d
 
 
@@ -111,9 +87,9 @@ def col_adjoint(run: OpRun) -> Result:
         return d
     strategy = d.strategy
     if strategy == "zero":
-        return Result("zero", None, "integer-valued: the gradient is exactly zero",
+        return Result(Status.ZERO, None, "integer-valued: the gradient is exactly zero",
                       {"text": "zero"})
-    return Result("ok", None, f"{strategy} form", {"text": strategy})
+    return Result(Status.OK, None, f"{strategy} form", {"text": strategy})
 
 
 def col_grad(run: OpRun) -> Result:
@@ -123,7 +99,7 @@ def col_grad(run: OpRun) -> Result:
         return d
     r = run.grad
     if r.status == "zero":
-        return Result("zero", r.figure, "exact zero, confirmed numerically", {"text": "exact"})
+        return Result(Status.ZERO, r.figure, "exact zero, confirmed numerically", {"text": "exact"})
     return r
 
 
@@ -136,13 +112,13 @@ def col_work(run: OpRun) -> Result:
         live = [g for g in d.grads if g is not None]
         ratio = work(live) / max(work(d.outputs), 1)
     except Exception as e:  # noqa: BLE001
-        return Result("fail", None, f"work: {type(e).__name__}: {e}"[:400])
+        return Result(Status.FAIL, None, f"work: {type(e).__name__}: {e}"[:400])
     if d.strategy == "zero":
-        return Result("zero", ratio, "no work beyond a zero fill", {"text": ""})
+        return Result(Status.ZERO, ratio, "no work beyond a zero fill", {"text": ""})
     if ratio > WORK_BUDGET:
-        return Result("fail", ratio, f"adjoint costs {ratio:.1f}x the forward "
+        return Result(Status.FAIL, ratio, f"adjoint costs {ratio:.1f}x the forward "
                                      f"(budget {WORK_BUDGET:g}x)")
-    return Result("ok", ratio)
+    return Result(Status.OK, ratio)
 
 
 def col_torch(run: OpRun) -> Result:
@@ -161,7 +137,7 @@ def _torch_check(run: OpRun) -> tuple[Result, Result]:
         return d, d
     ref = TORCH_REFS.get(run.entry.name)
     if ref is None:
-        na = Result("na", None, "no torch reference for this operator")
+        na = Result(Status.NA, None, "no torch reference for this operator")
         return na, na
     try:
         import torch
@@ -175,9 +151,9 @@ def _torch_check(run: OpRun) -> tuple[Result, Result]:
         float_outs = [o for o in outs if o.dtype.is_floating_point]
         for o, w in zip(outs, want, strict=True):
             if not np.allclose(o.detach().numpy(), w, rtol=1e-9, atol=1e-12):
-                bad = Result("fail", None, "torch reference disagrees with the NumPy forward "
+                bad = Result(Status.FAIL, None, "torch reference disagrees with the NumPy forward "
                                            "(fix report/torch_refs.py)")
-                return bad, Result("na", None, "torch reference broken")
+                return bad, Result(Status.NA, None, "torch reference broken")
         rng = np.random.default_rng(11)
         heads = [rng.standard_normal(tuple(o.shape)) for o in float_outs]
         th = [torch.from_numpy(h) for h in heads]
@@ -191,54 +167,36 @@ def _torch_check(run: OpRun) -> tuple[Result, Result]:
         it = iter(got)
         for g, w in zip(d.grads, want_g, strict=True):
             mine = np.zeros(np.shape(w) if w is not None else 0) if g is None else next(it)
-            ref_g = np.zeros_like(mine) if w is None else w.numpy()
-            scale = max(float(np.abs(ref_g).max()) if ref_g.size else 0.0, 1e-300)
-            err = max(err, float(np.abs(mine - ref_g).max() / scale) if ref_g.size else 0.0)
-        status = "ok" if err <= max(TORCH_TOL, run.entry.tol) else "fail"
-        agree = Result(status, err, "" if status == "ok" else f"differs from torch by {err:.2e}")
-        ours = _best_time(lambda: kernel(*args))
-        theirs = _best_time(lambda: torch.autograd.grad(
-            float_outs, [ts[k] for k in wrt_idx], th, retain_graph=True, allow_unused=True))
+            err = max(err, rel_error(mine, np.zeros_like(mine) if w is None else w.numpy()))
+        status = Status.OK if err <= max(TORCH_TOL, run.entry.tol) else Status.FAIL
+        agree = Result(status, err, "" if status is Status.OK else f"differs from torch by {err:.2e}")
+        # tiny kernels: the fastest of 7 calls after a warm-up is the stable figure
+        ours = timed(lambda: kernel(*args), repeat=7, stat=min)
+        theirs = timed(lambda: torch.autograd.grad(
+            float_outs, [ts[k] for k in wrt_idx], th, retain_graph=True, allow_unused=True),
+            repeat=7, stat=min)
         ratio = ours / max(theirs, 1e-9)
-        return agree, Result("ok", ratio, f"{ours * 1e6:.1f} us vs torch {theirs * 1e6:.1f} us")
+        return agree, Result(Status.OK, ratio, f"{ours * 1e6:.1f} us vs torch {theirs * 1e6:.1f} us")
     except Exception as e:  # noqa: BLE001
-        fail = Result("fail", None, f"torch: {type(e).__name__}: {e}"[:400])
-        return fail, Result("na", None, "torch check failed")
+        fail = Result(Status.FAIL, None, f"torch: {type(e).__name__}: {e}"[:400])
+        return fail, Result(Status.NA, None, "torch check failed")
 
 
-def _best_time(fn: Callable[[], object], repeat: int = 7) -> float:
-    """Fastest of `repeat` calls after a warm-up (tiny kernels: the minimum is stable)."""
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+def col_tvm(run: OpRun) -> Result:
+    """Operator through the TVM Relax bridge: relax.transform.Gradient vs the derived adjoint."""
+    from ..relax_bridge import check_op  # tvm is optional: imported when the column runs
+    return _no_compute(run.entry) or check_op(run.entry)
 
 
-def _optional_check(module: str, attr: str) -> Callable[[OpRun], Result]:
-    """A column backed by `module.attr(entry) -> Result`, which may not exist yet."""
-    def fn(run: OpRun) -> Result:
-        if (r := _no_compute(run.entry)) is not None:
-            return r
-        try:
-            check = getattr(importlib.import_module(module), attr)
-            return check(run.entry)
-        except Exception as e:  # noqa: BLE001
-            return Result("fail", None, f"{type(e).__name__}: {e}"[:400])
-    return fn
+def col_cuda(run: OpRun) -> Result:
+    """Forward and adjoint kernels on CUDA against the CPU results
+    (Numba's CUDA simulator when no GPU is present: see environment.cuda_mode)."""
+    from ..testing.cuda import check_cuda  # numba.cuda is imported when the column runs
+    return _no_compute(run.entry) or check_cuda(run.entry)
 
 
-def _has(module: str, attr: str) -> Callable[[], str]:
-    """'' when `module.attr` is importable, else why not."""
-    def why_not() -> str:
-        try:
-            mod = importlib.import_module(module)
-        except Exception as e:  # noqa: BLE001 - tvm may be absent or broken
-            return f"{module} not importable ({type(e).__name__})"
-        return "" if hasattr(mod, attr) else f"{module}.{attr} not implemented yet"
-    return why_not
+def _tvm_why_not() -> str:
+    return "" if importlib.util.find_spec("tvm") else "tvm not installed"
 
 
 def _always() -> str:
@@ -261,7 +219,9 @@ class Column:
 
     @property
     def doc(self) -> str:
-        return (self.fn.__doc__ or "").strip().splitlines()[0] if self.fn.__doc__ else ""
+        """The first paragraph of the column function's docstring, on one line."""
+        para = (self.fn.__doc__ or "").strip().split("\n\n")[0]
+        return " ".join(line.strip() for line in para.splitlines())
 
 
 COLUMNS: tuple[Column, ...] = (
@@ -271,21 +231,15 @@ COLUMNS: tuple[Column, ...] = (
     Column("work", "work", "cpu", col_work, _always, False, "ratio"),
     Column("torch", "torch", "torch", col_torch, _torch_why_not, False, "err"),
     Column("torch_time", "t/torch", "torch", col_torch_time, _torch_why_not, False, "ratio"),
-    Column("tvm", "tvm", "tvm", _optional_check("texpr_ad.relax_bridge", "check_op"),
-           _has("texpr_ad.relax_bridge", "check_op"), False, "err"),
-    Column("cuda", "cuda", "cuda", _optional_check("texpr_ad.kernels", "check_cuda"),
-           _has("texpr_ad.kernels", "check_cuda"), False, "err"),
+    Column("tvm", "tvm", "tvm", col_tvm, _tvm_why_not, False, "err"),
+    Column("cuda", "cuda", "cuda", col_cuda, _always, False, "err"),
 )
 COLUMNS_BY_KEY = {c.key: c for c in COLUMNS}
-_DOCS = {  # fn docstrings for columns built by factories
-    "tvm": "Operator through the TVM Relax bridge: relax.transform.Gradient vs the derived adjoint",
-    "cuda": "Forward and adjoint kernels on CUDA against the CPU results (Numba's CUDA simulator when no GPU is present: see environment.cuda_mode)",
-}
 
 
 def column_doc(c: Column) -> str:
     """One line saying what the column checks (no trailing period)."""
-    return (_DOCS.get(c.key) or c.doc).rstrip(".")
+    return c.doc.rstrip(".")
 
 
 def select_columns(targets: str) -> list[Column]:
@@ -307,10 +261,10 @@ def evaluate(entry: OpEntry, columns: list[Column], why_not: dict[str, str]) -> 
     cells: dict[str, Any] = {}
     for c in columns:
         if why_not.get(c.key):
-            cells[c.key] = Result("na", None, why_not[c.key])
+            cells[c.key] = Result(Status.NA, None, why_not[c.key])
             continue
         try:
             cells[c.key] = c.fn(run)
         except Exception as e:  # noqa: BLE001 - never lose the whole report to one cell
-            cells[c.key] = Result("fail", None, f"{type(e).__name__}: {e}"[:400])
+            cells[c.key] = Result(Status.FAIL, None, f"{type(e).__name__}: {e}"[:400])
     return cells

@@ -21,38 +21,40 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..kernels.cache import cache_dir, compile_counts
+from ..kernels.threads import set_num_threads
 from ..ops.registry import OpEntry, get
-from .checks import Result
+from ..testing import Result, Status
 from .columns import COLUMNS_BY_KEY, Column, column_doc, evaluate
 
 SCHEMA = "texpr_ad.coverage/1"
 
 
 @dataclass(frozen=True)
-class Status:
+class Legend:
     symbol: str
     label: str
     description: str
 
 
 # The legend, in display order (like the hand-kept status tables of TVM contributors).
-LEGEND: dict[str, Status] = {
-    "ok": Status("✓", "working", "works; the figure is the max relative error or the ratio"),
-    "zero": Status("0", "integer gradient — exact zero",
+LEGEND: dict[Status, Legend] = {
+    Status.OK: Legend("✓", "working", "works; the figure is the max relative error or the ratio"),
+    Status.ZERO: Legend("0", "integer gradient — exact zero",
                    "integer-valued function (floor, round, sign, ...): the gradient is exactly 0"),
-    "nondiff": Status("–", "not differentiable",
+    Status.NONDIFF: Legend("–", "not differentiable",
                       "no float input or no float output by definition (comparisons, argmax, "
                       "casts to int, constants)"),
-    "nocompute": Status("∅", "no compute form",
+    Status.NOCOMPUTE: Legend("∅", "no compute form",
                         "no index-expression form (sequential / data-dependent output size)"),
-    "fail": Status("✗", "failed", "failed; the reason is in the cell's detail"),
-    "na": Status("·", "n/a", "not available: dependency absent, no reference, or not checked"),
+    Status.FAIL: Legend("✗", "failed", "failed; the reason is in the cell's detail"),
+    Status.NA: Legend("·", "n/a",
+                      "not available: dependency absent, no reference, or not checked"),
 }
 
 
 @dataclass(frozen=True)
 class Cell:
-    status: str
+    status: Status
     figure: float | None
     detail: str
     text: str                    # compact rendering of the figure ('' when none)
@@ -86,12 +88,12 @@ class Report:
     def failures(self) -> list[tuple[str, str, str]]:
         """(operator, column, detail) of failed cells in gating columns."""
         return [(r.name, c.key, r.cells[c.key].detail) for r in self.rows for c in self.columns
-                if c.gating and r.cells[c.key].status == "fail"]
+                if c.gating and r.cells[c.key].status is Status.FAIL]
 
     @property
     def all_failures(self) -> list[tuple[str, str, str]]:
         return [(r.name, c.key, r.cells[c.key].detail) for r in self.rows for c in self.columns
-                if r.cells[c.key].status == "fail"]
+                if r.cells[c.key].status is Status.FAIL]
 
     def counts(self) -> dict[str, dict[str, int]]:
         """{column: {status: count}} over the rows, every legend status present."""
@@ -175,14 +177,9 @@ def format_figure(status: str, figure: float | None, unit: str, extra: dict[str,
     return f"{figure:.0e}".replace("e-0", "e-").replace("e+0", "e+")
 
 
-_ALIASES = {"skip": "na"}  # statuses other checks may return
-
-
 def _to_cell(col: Column, r: Result) -> Cell:
     fig = None if r.figure is None else float(r.figure)
-    status = _ALIASES.get(r.status, r.status)
-    if status not in LEGEND:
-        return Cell("fail", fig, f"unknown status {r.status!r}: {r.detail}", "")
+    status = Status.NA if r.status is Status.SKIP else r.status  # the matrix: not checked here
     return Cell(status, fig, r.detail, format_figure(status, fig, col.unit, r.extra))
 
 
@@ -202,8 +199,7 @@ def _evaluate_row(name: str, keys: Sequence[str], why_not: dict[str, str],
 
 def _worker_init() -> None:
     # one operator per process at a time: keep Numba/torch from oversubscribing the cores
-    import numba
-    numba.set_num_threads(1)
+    set_num_threads(1)
     try:
         import torch
         torch.set_num_threads(1)
@@ -269,7 +265,8 @@ def run_coverage(entries: Sequence[OpEntry], columns: Sequence[Column], jobs: in
                     rows[i] = f.result()
                 except Exception as ex:  # noqa: BLE001 - a crashed worker fails its row only
                     e = entries[i]
-                    bad = Cell("fail", None, f"worker crashed: {type(ex).__name__}: {ex}"[:400], "")
+                    bad = Cell(Status.FAIL, None,
+                               f"worker crashed: {type(ex).__name__}: {ex}"[:400], "")
                     rows[i] = Row(e.name, e.category, e.notes, {k: bad for k in keys}, 0.0)
                 done += 1
                 if progress:

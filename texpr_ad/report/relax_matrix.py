@@ -80,7 +80,6 @@ def _counts(rows: list[RelaxRow]) -> dict[str, Any]:
 def run_relax_matrix(ops: list[str] | None = None, compare: bool = True,
                      progress: Callable[[str], None] | None = None) -> RelaxReport:
     """The Relax matrix over `ops` (default: every tensor op and every variant)."""
-    import tvm
     from ..relax_bridge import relax_ops as ro
     from ..relax_bridge import relax_opcheck as oc
     from ..relax_bridge.relax_samples import KINK_CONVENTIONS, SAMPLES, TVM_DEFECTS, VARIANTS, \
@@ -123,7 +122,7 @@ def run_relax_matrix(ops: list[str] | None = None, compare: bool = True,
         res = oc.check(r.op)
         r.check, r.error, r.detail, r.seconds = res.status, res.error, res.detail, res.seconds
     assert all(by_name[r.op] is r for r in rows)
-    return RelaxReport(rows, str(tvm.__version__), time.perf_counter() - t0, _counts(rows))
+    return RelaxReport(rows, ro.tvm_version(), time.perf_counter() - t0, _counts(rows))
 
 
 # -- renderings ------------------------------------------------------------------------------
