@@ -720,8 +720,7 @@ def _reduce_groups(bodies: Sequence[Expr]) -> list[list[Reduce]]:
     for b in bodies:
         for x in walk(b):
             if isinstance(x, Reduce):
-                key = (x.combiner, x.source, x.axis, x.condition, x.init)
-                g = groups.setdefault(key, [])
+                g = groups.setdefault(x.loop_key, [])
                 if all(y.value_index != x.value_index for y in g):
                     g.append(x)
     return list(groups.values())

@@ -231,7 +231,7 @@ class _Dag:
 
 
 def _reduce_key(r: Reduce) -> tuple:
-    return (r.combiner, r.source, r.axis, r.condition, r.init)
+    return r.loop_key
 
 
 def _compute(op: ComputeOp, dag: _Dag) -> list[Any]:

@@ -48,7 +48,7 @@ from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, const
 from ..te.ops import Op
 from ..te.simplify import simplify
 from ..te.tensor import Tensor
-from ..te.visit import children, substitute, walk
+from ..te.visit import bounds_depend_on_axes, children, substitute, walk
 from .nest import MIN_PARALLEL_CHUNKS, Expander, _const, _reduction_notes, _work, compute_stage
 from .plan import (Accumulate, ComputeStage, Contraction, CpuStagePlan, Plan, ScatterStage,
                    ScheduleError, Split, Stage)
@@ -243,8 +243,7 @@ def _lanes(st: ComputeStage) -> int:
     """LANES if the stage has one single-valued sum/max/min reduction whose innermost axis is
     static, long, and contiguous in some read (unrolled into independent accumulators: max/min
     give identical results, sums are reassociated within float rounding), else 1."""
-    reds = {(r.combiner, r.source, r.axis, r.condition, r.init)
-            for b in st.bodies for r in walk(b) if isinstance(r, Reduce)}
+    reds = {r.loop_key for b in st.bodies for r in walk(b) if isinstance(r, Reduce)}
     if len(reds) != 1:
         return 1
     comb, src, axes, cond, _ = next(iter(reds))
@@ -256,7 +255,7 @@ def _lanes(st: ComputeStage) -> int:
         return 1
     if math.isinf(_work(st.axes, st.bodies)):
         return 1  # symbolic dims: like BLAS dispatch, only for static sizes
-    if any(isinstance(v, IterVar) for a in axes for e in (a.lo, a.extent) for v in walk(e)):
+    if any(bounds_depend_on_axes(a) for a in axes):
         return 1
     reads = [x for x in walk(src[0]) if isinstance(x, Read)]
     return LANES if any(k in _last_index_axes(x) for x in reads) else 1
@@ -433,13 +432,13 @@ def _last_index_axes(r: Read) -> set[IterVar]:
 def _accumulate(st: ComputeStage) -> Accumulate | None:
     """Row accumulation and/or a split into partial results, or None (scalar accumulators)."""
     groups = [[x for x in walk(b) if isinstance(x, Reduce)] for b in st.bodies]
-    reds = {(r.combiner, r.source, r.axis, r.condition, r.init) for g in groups for r in g}
+    reds = {r.loop_key for g in groups for r in g}
     if len(reds) != 1:
         return None
     r = next(x for g in groups for x in g)
     if len(r.source) != 1 or r.combiner.kind not in ("sum", "max", "min", "prod"):
         return None
-    if any(isinstance(v, IterVar) for a in r.axis for e in (a.lo, a.extent) for v in walk(e)):
+    if any(bounds_depend_on_axes(a) for a in r.axis):
         return None  # bounds depend on the data axes
     reads = [x for x in walk(r.source[0]) if isinstance(x, Read)]
     red = set(r.axis)

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from ..te.expr import Const, Expr, IterVar, Reduce
-from ..te.visit import walk
+from ..te.visit import bounds_depend_on_axes, walk
 from .plan import ComputeStage, CudaStagePlan, CudaStrategy, Plan, ScatterStage, Stage
 
 BLOCK_MAX_POINTS = 4096   # block reduction only if the stage has at most this many output points
@@ -41,7 +41,7 @@ def reductions(st: ComputeStage) -> list[Reduce]:
     for b in st.bodies:
         for x in walk(b):
             if isinstance(x, Reduce):
-                seen.setdefault((x.combiner, x.source, x.axis, x.condition, x.init), x)
+                seen.setdefault(x.loop_key, x)
     return list(seen.values())
 
 
@@ -59,7 +59,7 @@ def rectangular_prefix(axes: tuple[IterVar, ...]) -> int:
     """How many leading axes have bounds free of loop variables (so they can be flattened)."""
     n = 0
     for a in axes:
-        if any(isinstance(v, IterVar) for e in (a.lo, a.extent) for v in walk(e)):
+        if bounds_depend_on_axes(a):
             break
         n += 1
     return n

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Protocol, Sequence
 from ..te.expr import Const, Expr, IterVar, Reduce
 from ..te.printer import expr_str
 from ..te.tensor import ComputeOp, Tensor
-from ..te.visit import walk
+from ..te.visit import bounds_depend_on_axes, walk
 from .plan import ComputeStage, ScheduleError
 
 MIN_PARALLEL_WORK = 1024  # stages with fewer known point*reduction iterations run serially
@@ -67,7 +67,7 @@ def _reduction_notes(bodies: Sequence[Expr], axes: Sequence[IterVar]) -> tuple[s
     for b in bodies:
         for x in walk(b):
             if isinstance(x, Reduce):
-                groups.setdefault((x.combiner, x.source, x.axis, x.condition, x.init), x)
+                groups.setdefault(x.loop_key, x)
     notes = []
     for r in groups.values():
         kind = r.combiner.kind if r.combiner.kind != "custom" else f"custom {r.combiner.name!r}"
@@ -81,7 +81,7 @@ def _reduction_notes(bodies: Sequence[Expr], axes: Sequence[IterVar]) -> tuple[s
         if r.init:
             txt += f"; init {', '.join(expr_str(i) for i in r.init)}"
         dep = [a.name for a in r.axis
-               if any(isinstance(v, IterVar) for e in (a.lo, a.extent) for v in walk(e))]
+               if bounds_depend_on_axes(a)]
         if dep:
             txt += f"; bounds of {', '.join(dep)} depend on the enclosing axes"
         notes.append(txt)

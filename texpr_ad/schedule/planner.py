@@ -45,7 +45,7 @@ from ..te.ops import Op
 from ..te.printer import expr_str
 from ..te.simplify import simplify
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tensor
-from ..te.visit import children, substitute, transform, walk
+from ..te.visit import bounds_depend_on_axes, children, substitute, transform, walk
 from . import cpu, cuda
 from .nest import _const, compute_stage
 from .plan import ComputeStage, Inline, Plan, ScatterStage, ScheduleError, Stage, StageKind
@@ -330,7 +330,7 @@ def _scatter_stage(op: ScatterOp, name: str, is_output: bool, expand: _Expander,
     axes = set(op.axis)
     cands = [(ix, d) for d, ix in enumerate(updates[0].index)  # index dim d of every update
              if isinstance(ix, IterVar) and ix in axes and all(u.index[d].same_as(ix) for u in updates)
-             and not any(isinstance(v, IterVar) for e in (ix.lo, ix.extent) for v in walk(e))]
+             and not bounds_depend_on_axes(ix)]
     # the longest such axis (a batch dim of 1 leaves nothing to share); unknown extents count long
     cand, dim = max(cands, key=lambda c: _const(c[0].extent) or 1 << 62, default=(None, -1))
     want = ov.get("parallel", cand is not None)

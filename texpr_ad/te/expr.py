@@ -335,6 +335,12 @@ class Reduce(Expr):
     dtype: str
     init: tuple[Expr, ...] = ()
 
+    @property
+    def loop_key(self) -> tuple:
+        """What identifies the loop computing this reduction: the values of one tuple reducer
+        (argmax's index and value) differ only in `value_index`, so they share one loop."""
+        return (self.combiner, self.source, self.axis, self.condition, self.init)
+
 
 # -- construction helpers --------------------------------------------------------
 

@@ -120,3 +120,9 @@ def free_vars(e: Expr) -> list[Var | IterVar]:
 
 def reads(e: Expr) -> list[Read]:
     return [x for x in walk(e) if isinstance(x, Read)]
+
+
+def bounds_depend_on_axes(axis: IterVar) -> bool:
+    """Whether the range of `axis` uses a loop axis (`reduce_axis((0, i + 1))`, a window
+    `[i - 2, i + 2)`): such an axis cannot be flattened or split off its enclosing loops."""
+    return any(isinstance(v, IterVar) for e in (axis.lo, axis.extent) for v in walk(e))
