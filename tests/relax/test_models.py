@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -29,6 +28,7 @@ from texpr_ad.kernels import build  # noqa: E402
 from texpr_ad.ops import elementwise as ew  # noqa: E402
 from texpr_ad.ops import losses, nn  # noqa: E402
 from texpr_ad.relax_bridge import BridgeError, call_te_with_auto_grad, prepare_for_build  # noqa: E402
+from texpr_ad.testing import numerical_grad as numgrad  # noqa: E402
 
 SEED = 90210
 print("seed", SEED)
@@ -85,17 +85,6 @@ def np_cnn(x, w, gamma, beta, wd, bd, t) -> float:
     y = y.reshape(n, -1, hh // 2, 2, ww // 2, 2).max((3, 5))
     logits = y.reshape(n, -1) @ wd.T + bd
     return float(-np_log_softmax(logits)[np.arange(n), t].mean())
-
-
-def numgrad(f: Callable[..., float], arrays: list[np.ndarray], k: int, eps: float = 1e-6):
-    g = np.zeros_like(arrays[k])
-    for pos in np.ndindex(arrays[k].shape):
-        hi, lo = list(arrays), list(arrays)
-        hi[k], lo[k] = arrays[k].copy(), arrays[k].copy()
-        hi[k][pos] += eps
-        lo[k][pos] -= eps
-        g[pos] = (f(*hi) - f(*lo)) / (2 * eps)
-    return g
 
 
 def mlp_loss(*a) -> float:

@@ -5,8 +5,6 @@ float64 reference of the whole loss (or against hand-written NumPy adjoints).
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 import pytest
 
@@ -17,6 +15,7 @@ from tvm import relax, tirx  # noqa: E402
 from texpr_ad import te  # noqa: E402
 from texpr_ad.relax_bridge import (BridgeError, call_te_with_auto_grad,  # noqa: E402
                                    prepare_for_build)
+from texpr_ad.testing import numerical_grad as numgrad  # noqa: E402
 
 SEED = 7321
 print("seed", SEED)
@@ -60,18 +59,6 @@ def run(mod: tvm.IRModule, fn: str, *arrays: np.ndarray):
     ex = tvm.compile(prepare_for_build(mod), target="llvm")
     vm = relax.VirtualMachine(ex, tvm.cpu())
     return vm[fn](*[tvm.runtime.tensor(a) for a in arrays])
-
-
-def numgrad(f: Callable[..., float], arrays: list[np.ndarray], k: int, eps: float = 1e-6):
-    a = [x.astype(np.float64) for x in arrays]
-    g = np.zeros_like(a[k])
-    for pos in np.ndindex(a[k].shape):
-        hi = [x.copy() for x in a]
-        lo = [x.copy() for x in a]
-        hi[k][pos] += eps
-        lo[k][pos] -= eps
-        g[pos] = (f(*hi) - f(*lo)) / (2 * eps)
-    return g
 
 
 def np_softmax(x):

@@ -109,6 +109,23 @@ def grad_error(loss: Callable[[list[np.ndarray]], float], arrays: Sequence[np.nd
     return worst
 
 
+def numerical_grad(f: Callable[..., float], arrays: Sequence[np.ndarray], k: int,
+                   eps: float = 1e-6) -> np.ndarray:
+    """The full gradient of scalar `f(*arrays)` with respect to `arrays[k]` by float64
+    central differences, one element at a time (small arrays: tests).  Float arrays are
+    passed as float64; integer ones (indices) as they are."""
+    xs = [np.asarray(x, np.float64) if np.issubdtype(np.asarray(x).dtype, np.floating)
+          else np.asarray(x) for x in arrays]
+    g = np.zeros(xs[k].shape)
+    for pos in np.ndindex(xs[k].shape):
+        hi, lo = list(xs), list(xs)
+        hi[k], lo[k] = xs[k].copy(), xs[k].copy()
+        hi[k][pos] += eps
+        lo[k][pos] -= eps
+        g[pos] = (f(*hi) - f(*lo)) / (2 * eps)
+    return g
+
+
 def sample_times(*fns: Callable[[], object], repeat: int = 3,
                  warmup: int = 1) -> list[list[float]]:
     """Wall seconds of `repeat` calls of each of `fns`, after `warmup` rounds; the calls are
@@ -132,4 +149,5 @@ def timed(fn: Callable[[], object], repeat: int = 3, warmup: int = 1,
     return float(stat(sample_times(fn, repeat=repeat, warmup=warmup)[0]))
 
 
-__all__ = ["Result", "Status", "fd_step", "grad_error", "rel_error", "sample_times", "timed"]
+__all__ = ["Result", "Status", "fd_step", "grad_error", "numerical_grad", "rel_error",
+           "sample_times", "timed"]
