@@ -305,3 +305,16 @@ def test_loop_invariant_calls_are_computed_once_per_row():
     a = np.random.default_rng(1).standard_normal((64, 100))
     sv = np.linspace(1, 2, 64)
     np.testing.assert_allclose(ta.build([B], [A, s])(a, sv)[0], a - np.log(sv)[:, None], rtol=1e-14)
+
+
+def test_hoisting_reciprocals_and_workspace_are_plan_decisions_and_overridable():
+    A = te.placeholder((64, 100), "float32", name="A")
+    s = te.placeholder((64,), "float32", name="s")
+    B = te.compute((64, 100), lambda i, j: A[i, j] / s[i], name="B")
+    plan, src = render([B], [A, s])
+    assert plan.stage("B").cpu.hoisted and plan.stage("B").cpu.reciprocals
+    assert "hoisted: s[i]" in str(plan) and "reciprocal: float32 division by s[i]" in str(plan)
+    plan, src = render([B], [A, s], B={"reciprocal": False})
+    assert not plan.stage("B").cpu.reciprocals and "/ s_r" in src
+    plan, src = render([B], [A, s], B={"hoist": False})
+    assert not plan.stage("B").cpu.hoisted and "s_r" not in src and "/ s[i]" in src
