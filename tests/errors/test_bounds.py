@@ -272,3 +272,18 @@ def test_cuda_simulator_checks_reduce_ranges():
                        timeout=300)
     assert "[1.0, 5.0, 2.0]" in p.stdout, p.stderr[-2000:]
     assert "RAISED stage S" in p.stdout and "= 6, outside [0, 5)" in p.stdout, p.stdout + p.stderr[-2000:]
+
+
+def test_evaluate_data_dependent_out_of_bounds_is_a_texpr_index_error():
+    """te.evaluate raised a plain IndexError; now EvaluateIndexError (TexprError and IndexError)
+    naming the tensor, the index and its value, like the kernels' KernelIndexError."""
+    from texpr_ad.te.interp import EvaluateIndexError
+    A = te.placeholder((3,), "float64", name="A")
+    idx = te.placeholder((3,), "int32", name="idx")
+    Z = te.compute((3,), lambda i: A[idx[i]], name="Z")
+    with pytest.raises(EvaluateIndexError, match=r"tensor 'A'.*`idx\[i\]` = 5, outside \[0, 3\)"):
+        te.evaluate([Z], {A: np.ones(3), idx: np.array([0, 5, 1], np.int32)})
+    assert issubclass(EvaluateIndexError, ta.TexprError) and issubclass(EvaluateIndexError, IndexError)
+    G = te.compute((3,), lambda i: te.if_then_else(idx[i] < 3, A[idx[i]], 0.0), name="G")  # guarded
+    np.testing.assert_array_equal(te.evaluate([G], {A: np.arange(3.0), idx: np.array([2, 5, 1], np.int32)})[0],
+                                  [2.0, 0.0, 1.0])

@@ -139,6 +139,28 @@ def test_3000_nested_additions_define_print_hash_render() -> None:
     assert len(fwd_src) < 200_000  # linear in the program: about 30 bytes per addition
 
 
+def test_3000_nested_additions_evaluate() -> None:
+    """te.evaluate was recursive (RecursionError); now an explicit stack."""
+    (y,), (a,) = nested_add(3000)
+    x = np.arange(4, dtype=np.float32)
+    want = x + x * float(sum(k % 7 for k in range(3000)))
+    np.testing.assert_allclose(te.evaluate([y], {a: x})[0], want, rtol=1e-5)
+
+
+def test_shared_subexpressions_define_and_evaluate_once() -> None:
+    """`e = e + e` sixty times is a DAG of 61 nodes and 2^60 paths: definition checks and the
+    evaluator visit each node once (they walked every path)."""
+    a = te.placeholder((3,), "float64", name="A")
+
+    def body(i: te.Expr) -> te.Expr:
+        e = a[i]
+        for _ in range(60):
+            e = e + e
+        return e
+    y = te.compute((3,), body, name="Y")
+    np.testing.assert_array_equal(te.evaluate([y], {a: np.ones(3)})[0], np.full(3, 2.0 ** 60))
+
+
 def test_deep_expressions_compare_and_simplify() -> None:
     a = te.placeholder((2,), "float32", name="A")
     e, f = a[0], a[0]

@@ -167,8 +167,12 @@ def guarded_reads(e: Expr, known: Sequence[Expr] = ()) -> Iterator[tuple[Read, t
     is evaluated: select branches and the right side of `&`/`|` are lazy, a reduction's source
     is evaluated only where its `where=` holds."""
     stack: list[tuple[Expr, tuple[Expr, ...]]] = [(e, tuple(known))]
+    seen: set[tuple[int, tuple[Expr, ...]]] = set()  # a shared subexpression is visited once
     while stack:
         x, fs = stack.pop()
+        if (id(x), fs) in seen:
+            continue
+        seen.add((id(x), fs))
         match x:
             case Read():
                 yield x, fs

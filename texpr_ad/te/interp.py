@@ -2,7 +2,8 @@
 
 It is the living definition of the IR: every generated kernel and every
 gradient is tested against it.  Reads are bounds-checked wherever they are
-evaluated (an out-of-bounds read raises IndexError naming the tensor); select
+evaluated (an out-of-bounds read raises EvaluateIndexError, an IndexError and a TexprError,
+naming the tensor, the index and its value); select
 branches are evaluated only under their guard.
 """
 from __future__ import annotations
@@ -71,44 +72,120 @@ class _Ctx:
 
 
 def _eval(e: Expr, cx: _Ctx, mask: np.ndarray | None) -> Any:
+    """The value of `e` at every loop point (an array broadcasting over the loop dims); reads are
+    checked where `mask` (None: everywhere) holds.
+
+    Iterative (an explicit stack of tasks), so an expression thousands of nodes deep evaluates
+    without Python recursion; a subexpression shared by several parents is evaluated once per
+    mask.  Only a reduction recurses, once per nested reduction (bounded by the program).
+    """
+    nparents: dict[int, int] = {}
+    seen, todo = {id(e)}, [e]
+    while todo:
+        for c in _kids(todo.pop()):
+            nparents[id(c)] = nparents.get(id(c), 0) + 1
+            if id(c) not in seen:
+                seen.add(id(c))
+                todo.append(c)
+    memo: dict[tuple[int, int], tuple[Any, Any]] = {}  # (node, mask) -> (value, the mask, kept alive)
+    vals: list[Any] = []
+    # a task is (expr, mask) to evaluate, or a function that combines the values on top of `vals`
+    tasks: list[Any] = [(e, mask)]
+
+    def done(x: Expr, m: Any, v: Any) -> None:
+        vals.append(v)
+        if nparents.get(id(x), 0) > 1:  # shared: keep it for the other parents
+            memo[(id(x), id(m))] = (v, m)
+
+    def pop(n: int) -> list[Any]:
+        out = vals[len(vals) - n:]
+        del vals[len(vals) - n:]
+        return out
+
+    def finish(x: Expr, m: Any) -> Callable[[], None]:
+        def fin() -> None:
+            args = pop(len(_kids(x)))
+            match x:
+                case Call(op=Op.CAST):
+                    v = np.asarray(args[0])
+                    if dt.is_int(x.dtype) and np.issubdtype(v.dtype, np.floating):
+                        v = np.trunc(v)
+                    done(x, m, v.astype(x.dtype))
+                case Call(op=op):
+                    done(x, m, np.asarray(NUMPY_IMPL[op](*[np.asarray(a) for a in args])).astype(x.dtype))
+                case Read():
+                    done(x, m, _read(x, args, cx, m))
+        return fin
+
+    def lazy(x: Call, m: Any) -> Callable[[], None]:
+        """select / & / |: the condition's value is on `vals`; the rest is evaluated only where
+        it decides (the branches of a select under their own masks)."""
+        def after_cond() -> None:
+            cv = np.asarray(vals.pop(), dtype=bool)
+            if x.op is Op.SELECT:
+                m1 = cv if m is None else (m & cv)
+                m2 = ~cv if m is None else (m & ~cv)
+
+                def fin() -> None:
+                    a, b = pop(2)
+                    done(x, m, np.where(cv, a, b).astype(x.dtype))
+                tasks.extend([fin, (x.args[2], m2), (x.args[1], m1)])
+                return
+            need = cv if x.op is Op.AND else ~cv
+
+            def fin2() -> None:
+                bv = np.asarray(vals.pop(), dtype=bool)
+                done(x, m, (cv & bv) if x.op is Op.AND else (cv | bv))
+            tasks.extend([fin2, (x.args[1], need if m is None else (m & need))])
+        return after_cond
+
+    while tasks:
+        t = tasks.pop()
+        if callable(t):
+            t()
+            continue
+        x, m = t
+        hit = memo.get((id(x), id(m)))
+        if hit is not None:
+            vals.append(hit[0])
+            continue
+        match x:
+            case Const(value=v, dtype=d):
+                vals.append(np.array(v, dtype=d))
+            case Var() | IterVar():
+                if x not in cx.env:
+                    raise EvaluateError(f"evaluate: variable `{x}` has no value; give symbolic dims "
+                                        "that no input shape binds in var_values")
+                vals.append(cx.env[x])
+            case Reduce():
+                done(x, m, _reduce(x, cx, m))
+            case Call(op=Op.SELECT | Op.AND | Op.OR, args=(c, *_)):  # lazy: the condition first
+                tasks.extend([lazy(x, m), (c, m)])
+            case Call(args=args) | Read(indices=args):
+                tasks.append(finish(x, m))
+                tasks.extend((a, m) for a in reversed(args))
+            case _:
+                raise EvaluateError(f"evaluate: cannot evaluate {type(x).__name__} `{x}`")
+    assert len(vals) == 1
+    return vals[0]
+
+
+def _kids(e: Expr) -> tuple[Expr, ...]:
     match e:
-        case Const(value=v, dtype=d):
-            return np.array(v, dtype=d)
-        case Var() | IterVar():
-            if e not in cx.env:
-                raise KeyError(f"unbound variable `{e}`")
-            return cx.env[e]
-        case Call(op=Op.SELECT, args=(c, a, b)):
-            cv = np.asarray(_eval(c, cx, mask), dtype=bool)
-            m1 = cv if mask is None else (mask & cv)
-            m2 = ~cv if mask is None else (mask & ~cv)
-            return np.where(cv, _eval(a, cx, m1), _eval(b, cx, m2)).astype(e.dtype)
-        case Call(op=Op.AND | Op.OR, args=(a, b)):  # short-circuit: b only where it decides
-            av = np.asarray(_eval(a, cx, mask), dtype=bool)
-            need = av if e.op is Op.AND else ~av
-            bv = np.asarray(_eval(b, cx, need if mask is None else (mask & need)), dtype=bool)
-            return (av & bv) if e.op is Op.AND else (av | bv)
-        case Call(op=Op.CAST, args=(a,)):
-            x = np.asarray(_eval(a, cx, mask))
-            if dt.is_int(e.dtype) and np.issubdtype(x.dtype, np.floating):
-                x = np.trunc(x)
-            return x.astype(e.dtype)
-        case Call(op=op, args=args):
-            vals = [np.asarray(_eval(a, cx, mask)) for a in args]
-            out = NUMPY_IMPL[op](*vals)
-            return np.asarray(out).astype(e.dtype)
-        case Read():
-            return _read(e, cx, mask)
-        case Reduce():
-            return _reduce(e, cx, mask)
-    raise TypeError(f"cannot evaluate {type(e).__name__}")
+        case Call(args=args) | Read(indices=args):
+            return args
+    return ()
 
 
-def _read(r: Read, cx: _Ctx, mask: np.ndarray | None) -> np.ndarray:
+class EvaluateIndexError(TexprError, IndexError):
+    """`te.evaluate` read (or scatter-added) outside a tensor, at an index computed from data."""
+
+
+def _read(r: Read, idx: list[Any], cx: _Ctx, mask: np.ndarray | None) -> np.ndarray:
     arr = cx.values[r.tensor.uid]
     if not r.indices:
         return np.asarray(arr[()])
-    idx = [np.asarray(_eval(i, cx, mask)).astype(np.int64) for i in r.indices]
+    idx = [np.asarray(i).astype(np.int64) for i in idx]
     shapes = [i.shape for i in idx] + ([mask.shape] if mask is not None else [])
     full = np.broadcast_shapes(*shapes)
     idx = [np.broadcast_to(i, full) for i in idx]
@@ -118,8 +195,10 @@ def _read(r: Read, cx: _Ctx, mask: np.ndarray | None) -> np.ndarray:
         bad = live & ((i < 0) | (i >= n))
         if bad.any():
             where = tuple(int(x[0]) for x in np.nonzero(bad))
-            raise IndexError(f"read {r} of tensor {r.tensor.name!r} is out of bounds in dim {d}: "
-                             f"index {int(i[where])} not in [0, {n}) at loop point {where}")
+            raise EvaluateIndexError(
+                f"read {r} of tensor {r.tensor.name!r} is out of bounds in dim {d}: index "
+                f"`{r.indices[d]}` = {int(i[where])}, outside [0, {n}) at loop point {where}; "
+                "check the index data, or guard the read with te.if_then_else / where=")
         clipped.append(np.clip(i, 0, max(n - 1, 0)))
     return arr[tuple(clipped)]
 
@@ -257,7 +336,10 @@ def _scatter(op: ScatterOp, values: dict[int, np.ndarray], vars_env: dict[Expr, 
         for d, (i, n) in enumerate(zip(idx, shape, strict=True)):
             bad = cond & ((i < 0) | (i >= n))
             if bad.any():
-                raise IndexError(f"scatter into {op.name!r}: index out of bounds in dim {d}")
+                where = tuple(int(x[0]) for x in np.nonzero(bad))
+                raise EvaluateIndexError(
+                    f"scatter into {op.name!r} is out of bounds in dim {d}: index `{u.index[d]}` = "
+                    f"{int(i[where])}, outside [0, {n}) at loop point {where}")
         if idx:
             np.add.at(out, tuple(i[cond] for i in idx), val[cond].astype(op.dtype))
         else:  # a zero-dim target

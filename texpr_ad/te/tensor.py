@@ -323,8 +323,12 @@ def _check_definition(bodies: tuple[Expr, ...], name: str) -> None:
     """Malformed bodies: a reduce axis outside a reduction over it (or reduced twice, nested),
     an integer division or modulo by a constant zero."""
     stack: list[tuple[Expr, frozenset[IterVar]]] = [(b, frozenset()) for b in bodies]
+    seen: set[tuple[int, frozenset[IterVar]]] = set()  # a shared subexpression is checked once
     while stack:
         x, bound_axes = stack.pop()
+        if (id(x), bound_axes) in seen:
+            continue
+        seen.add((id(x), bound_axes))
         match x:
             case IterVar(kind="reduce") if x not in bound_axes:
                 raise TensorError(
