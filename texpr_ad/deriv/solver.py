@@ -101,6 +101,7 @@ class _System:
         self.conds: list[Expr] = []
         self.aux: dict[int, dict[Expr, tuple[int, int]]] = {}
         self.extra: list[Expr] = []  # non-affine constraints, returned as conditions
+        self.chains: dict[Expr, _Chain] = {}  # mixed-radix digits of a base (see prescan)
         for u in unknowns:
             self.ids[u] = self.fresh(u.name, len(self.ids))
         for u in unknowns:
@@ -153,11 +154,38 @@ class _System:
             case Call(op=Op.FLOORDIV | Op.FLOORMOD, args=(a, Const(value=c))) if self.mentions(a):
                 if c <= 0:
                     raise _NonAffine
+                dg = _digit(e)
+                f = self.chains[dg[0]].digits(dg[1], dg[2]) if dg is not None and dg[0] in self.chains else None
+                if f is not None:
+                    return f
                 q, r = self.divmod_vars(a, int(c))
                 return Aff.var(q if e.op is Op.FLOORDIV else r)
         if self.mentions(e):
             raise _NonAffine  # reads, min/max, select, ... of the unknowns
         return Aff.param(e)
+
+    def prescan(self, exprs: Sequence[Expr]) -> None:
+        """One mixed-radix chain per base `f` whose divisions are `f // d % m` with the cut points
+        d, d*m all dividing one another (reshape index maps: `f // 24`, `f % 24 // 6`, `f % 6`):
+        `f = r1 + c1*r2 + c2*r3 + ... + cn*qn` with `0 <= r_k < c_k / c_(k-1)`, so every digit is
+        affine in the same remainders (independent q, r per divisor left `f = 6*q + r` unbounded)."""
+        cuts: dict[Expr, set[int]] = {}
+        for x in (y for e in exprs for y in walk(e)):
+            if (isinstance(x, Call) and x.op in (Op.FLOORDIV, Op.FLOORMOD) and isinstance(x.args[1], Const)
+                    and dt.is_int(x.dtype) and self.mentions(x.args[0])):
+                dg = _digit(x)
+                if dg is None:
+                    continue
+                base, d, m = dg
+                cuts.setdefault(base, set()).update(c for c in (d, d * m if m else 1) if c > 1)
+        for base, cs in cuts.items():
+            chain = sorted(cs)
+            if any(b % a for a, b in zip(chain, chain[1:])) or not self.mentions(base):
+                continue
+            try:
+                self.chains[base] = _Chain(self, base, chain)
+            except _NonAffine:
+                continue
 
     def divmod_vars(self, a: Expr, c: int) -> tuple[int, int]:
         """Quotient and remainder variables of `a` by `c` (shared between `a // c` and `a % c`)."""
@@ -318,6 +346,60 @@ class _System:
         return a
 
 
+def _digit(e: Expr) -> tuple[Expr, int, int | None] | None:
+    """`e` as `base // d % m` (m None: no modulo) for a chain of floordiv/floormod by positive
+    constants, or None when a step does not compose (`x % 6 // 4`)."""
+    match e:
+        case Call(op=Op.FLOORDIV | Op.FLOORMOD, args=(a, Const(value=c))) if c > 0:
+            inner = _digit(a)
+            if inner is None:
+                return None
+            base, d, m = inner
+            c = int(c)
+            if e.op is Op.FLOORDIV:
+                if m is None:
+                    return base, d * c, None
+                return (base, d * c, m // c) if m % c == 0 else None
+            if m is None or m % c == 0:
+                return base, d, c
+            return (base, d, m) if c % m == 0 else None
+    return e, 1, None
+
+
+class _Chain:
+    """`base = r1 + c1*r2 + ... + c(n-1)*rn + cn*q` over the sorted cut points c1 | c2 | ... | cn."""
+
+    def __init__(self, s: _System, base: Expr, cuts: list[int]) -> None:
+        fb = s.lin(base)
+        name = next((s.names[v] for v in fb.vars), "t")
+        self.cuts = [1, *cuts]
+        rank = len(s.names) + 1000
+        self.rems = []
+        for k in range(1, len(self.cuts)):
+            w = self.cuts[k] // self.cuts[k - 1]
+            r = s.fresh(f"{name}_d{k}", rank + k)
+            s.boxes[r] = _Box(Aff(), Aff.constant(w - 1), w)
+            self.rems.append(r)
+        self.q = s.fresh(f"{name}_o", rank)
+        total = Aff.var(self.q) * self.cuts[-1]
+        for c, r in zip(self.cuts, self.rems):
+            total = total + Aff.var(r) * c
+        s.eqs.append(fb - total)
+
+    def digits(self, d: int, m: int | None) -> Aff | None:
+        """`base // d % m` as an affine form of the chain's variables (None: d or d*m is not a
+        cut point of the chain)."""
+        out, hi = Aff(), None if m is None else d * m
+        if d not in self.cuts or (hi is not None and hi not in self.cuts):
+            return None
+        for c, r in zip(self.cuts, self.rems):
+            if c >= d and (hi is None or c < hi):
+                out = out + Aff.var(r) * (c // d)
+        if hi is None:
+            out = out + Aff.var(self.q) * (self.cuts[-1] // d)
+        return out
+
+
 def invert(indices: Sequence[Expr], unknowns: Sequence[IterVar], targets: Sequence[Expr],
            constraints: Sequence[Expr] = ()) -> Inversion | None:
     """Solve `indices[d](unknowns) == targets[d]` for all d over the unknowns' domains.
@@ -333,6 +415,7 @@ def invert(indices: Sequence[Expr], unknowns: Sequence[IterVar], targets: Sequen
                          "pass one target per index")
     try:
         s = _System(unknowns)
+        s.prescan([*indices, *(as_expr(c) for c in constraints)])
         for idx, tgt in zip(indices, targets, strict=True):
             s.eqs.append(s.lin(idx) - s.lin(tgt))
     except _NonAffine:

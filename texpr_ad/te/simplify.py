@@ -165,7 +165,58 @@ def _range_decided(e: Expr) -> Expr | None:
     return None
 
 
-RULES: list[Rule] = [_fold, _neutral, _affine, _div_mod_const, _range_decided]
+def _mod_of_sum(e: Expr) -> Expr | None:
+    """Floor semantics make `x - c*(x // c)` exactly `x % c`: in an integer sum holding
+    `-m*c * (E // c)` together with `m*E`'s terms, both become `m * (E % c)` (the composed
+    index maps of reshape adjoints: `L - 24*(L // 24)` -> `L % 24`)."""
+    if not (isinstance(e, Call) and e.op in (Op.ADD, Op.SUB) and dt.is_int(e.dtype)):
+        return None
+    f = to_affine(e)
+    if f is None:
+        return None
+    terms, k = f
+    for t, v in terms.items():
+        if not (isinstance(t, Call) and t.op is Op.FLOORDIV and isinstance(t.args[1], Const)):
+            continue
+        c = int(t.args[1].value)  # type: ignore[attr-defined]
+        if c <= 0 or v % c:
+            continue
+        m = -v // c
+        fe = to_affine(t.args[0])
+        if fe is None or not fe[0] or any(terms.get(a, 0) != m * w for a, w in fe[0].items()):
+            continue
+        rest = {a: w for a, w in terms.items() if a is not t and a not in fe[0]}
+        mod = Call(Op.FLOORMOD, (t.args[0], t.args[1]), e.dtype)
+        rest[mod] = rest.get(mod, 0) + m
+        return from_affine({a: w for a, w in rest.items() if w}, k - m * fe[1], e.dtype)
+    return None
+
+
+def _mod_mod(e: Expr) -> Expr | None:
+    match e:
+        case Call(op=Op.FLOORMOD, args=(Call(op=Op.FLOORMOD, args=(x, Const(value=a))), Const(value=b))) \
+                if dt.is_int(e.dtype) and a > 0 and b > 0 and a % b == 0:
+            return Call(Op.FLOORMOD, (x, e.args[1]), e.dtype)  # x % (a*b) % b -> x % b
+    return None
+
+
+def _interval_decided(e: Expr) -> Expr | None:
+    """`0 <= x % 24 // 6` is true: decide integer comparisons from interval bounds."""
+    from .intervals import interval
+    match e:
+        case Call(op=Op.GE | Op.GT | Op.LE | Op.LT, args=(a, b)) if dt.is_int(a.dtype) and dt.is_int(b.dtype):
+            (al, ah), (bl, bh) = interval(a), interval(b)
+            if None in (al, ah, bl, bh):
+                return None
+            lt = {Op.LT: (ah < bl, al >= bh), Op.LE: (ah <= bl, al > bh),
+                  Op.GT: (al > bh, ah <= bl), Op.GE: (al >= bh, ah < bl)}[e.op]  # type: ignore[operator]
+            if lt[0] or lt[1]:
+                return Const(bool(lt[0]), "bool")
+    return None
+
+
+RULES: list[Rule] = [_fold, _neutral, _affine, _div_mod_const, _range_decided, _mod_of_sum, _mod_mod,
+                     _interval_decided]
 
 
 def simplify(e: Expr, rules: list[Rule] = RULES, max_iter: int = 8) -> Expr:
