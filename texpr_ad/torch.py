@@ -28,6 +28,7 @@ import torch
 from texpr_ad.api import CustomOp, build
 from texpr_ad.deriv import grad
 from texpr_ad.errors import TexprError
+from texpr_ad.kernels import numba_cuda
 from texpr_ad.te import placeholder
 from texpr_ad.te.tensor import Tensor
 
@@ -143,8 +144,7 @@ class TorchOp:
         torch.cuda.current_stream(xs[0].device).synchronize()  # Numba launches on its default stream
         args = [x.detach().contiguous() for x in (xs if gs is None else [*xs, *gs])]
         res = (fwd if gs is None else bwd)(*args)
-        from numba import cuda
-        cuda.synchronize()
+        numba_cuda.synchronize()
         return [torch.as_tensor(r, device=xs[0].device) for r in res]
 
 
@@ -181,12 +181,7 @@ def _on_cuda(xs: Sequence[torch.Tensor], op: str) -> bool:
     if devs != {"cuda"}:
         raise TorchOpError(f"{op}: tensors on devices {sorted(devs)}; texpr_ad ops take all-CPU or "
                            f"all-CUDA tensors: move them with .cpu() or .cuda()")
-    try:
-        from numba import cuda
-        ok = cuda.is_available()
-    except Exception:  # numba without its CUDA target  # noqa: BLE001
-        ok = False
-    if not ok:
+    if not numba_cuda.gpu_available():
         raise TorchOpError(f"{op}: got CUDA tensors, but Numba finds no usable GPU; move them to "
                            f"the CPU with .cpu(), or install the `cuda` extra (numba-cuda)")
     return True

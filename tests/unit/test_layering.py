@@ -49,10 +49,7 @@ ALLOWED: dict[str, set[str]] = {
 # third-party packages only some units may import (all others: anyone)
 EXTERNAL = {"numba": {"kernels"}, "tvm": {"relax_bridge"}, "tvm_ffi": {"relax_bridge"},
             "torch": {"torch", "report"}, "jax": {"jax"}}
-KNOWN = {  # (file, imported unit or package): why it is still there
-    ("torch.py", "numba"): "issue 14: the torch front end syncs and probes CUDA through "
-                           "numba.cuda itself; kernels/numba_cuda.py should say both",
-}
+KNOWN: dict[tuple[str, str], str] = {}  # (file, imported unit or package): why it is still there
 
 
 def _unit(module: str) -> str:

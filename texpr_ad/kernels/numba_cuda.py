@@ -453,6 +453,23 @@ def require_cuda() -> None:
         "target='cpu'.")
 
 
+def gpu_available() -> bool:
+    """Whether Numba sees a usable CUDA GPU (False without numba's CUDA target; the simulator
+    does not count: it runs kernels on host arrays, not on the tensors of a GPU framework)."""
+    try:
+        from numba import cuda
+        return bool(cuda.is_available())
+    except Exception:  # numba without its CUDA target  # noqa: BLE001
+        return False
+
+
+def synchronize() -> None:
+    """Wait for the kernels launched on Numba's default stream (`texpr_kernel` launches there),
+    so a framework reading the outputs on its own stream sees them finished."""
+    from numba import cuda
+    cuda.synchronize()
+
+
 @dataclass
 class LaunchConfig:
     threads: int = 128        # threads per block of thread-per-point kernels
