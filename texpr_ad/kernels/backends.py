@@ -4,16 +4,19 @@ plan, how it renders the plan and what kernel class compiles and calls the sourc
     build = plan (schedule.planner.plan_stages) -> backend.refine -> backend.renderer().render
             -> backend.kernel_class (compile; call)
 
-Adding a target means adding its modules (a refine step in schedule/, a renderer and a
-kernel class in kernels/) and one record here.
+Adding a target means adding its modules and one row per layer: its refine step in
+schedule/ with its row in `schedule.planner.REFINE` (the one home of the refine steps, so
+that `plan_kernel(target=...)` works without kernels/, which schedule/ may not import), and
+its renderer and kernel class in kernels/ with its record here.  `Backend.refine` reads
+`REFINE`; tests/kernels/test_backends.py checks that the two tables name the same targets.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from ..schedule import cpu, cuda
 from ..schedule.plan import Plan, ScheduleError
+from ..schedule.planner import REFINE
 from .kernel import Kernel
 from .numba_cpu import CPURenderer
 from .numba_cuda import CUDARenderer, CudaKernel, require_cuda
@@ -32,15 +35,19 @@ class Backend:
 
     name: str
     available: Callable[[], None]
-    refine: Callable[[Plan, Overrides], Plan]
     renderer: Callable[[], Renderer]
     kernel_class: Callable[[Plan, Renderer], Kernel]
 
+    @property
+    def refine(self) -> Callable[[Plan, Overrides], Plan]:
+        """The target's refine step (target-neutral plan, overrides -> the target's plan)."""
+        return REFINE[self.name]
+
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (
-    Backend("cpu", _always, cpu.refine, CPURenderer, Kernel),
+    Backend("cpu", _always, CPURenderer, Kernel),
     # one @cuda.jit kernel per stage; numba.cuda is imported when the generated module loads
-    Backend("cuda", require_cuda, cuda.refine, CUDARenderer, CudaKernel),
+    Backend("cuda", require_cuda, CUDARenderer, CudaKernel),
 )}
 
 

@@ -53,7 +53,8 @@ from .plan import ComputeStage, Inline, Plan, ScatterStage, ScheduleError, Stage
 OVERRIDE_KEYS = {StageKind.COMPUTE: {"inline", "parallel", "fuse", "order", "blas", "accumulate",
                                       "hoist", "reciprocal", "workspace"},
                  StageKind.SCATTER: {"parallel", "workspace"}}
-# each target's refine step: the target-neutral plan and the overrides -> the target's plan
+# each target's refine step: the target-neutral plan and the overrides -> the target's plan.
+# The one table of them: kernels/backends.py's records read it (Backend.refine).
 REFINE: dict[str, Callable[[Plan, Mapping[str, Mapping[str, Any]] | None], Plan]] = {
     "cpu": cpu.refine, "cuda": cuda.refine}
 
