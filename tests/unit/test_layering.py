@@ -48,7 +48,7 @@ ALLOWED: dict[str, set[str]] = {
 }
 # third-party packages only some units may import (all others: anyone)
 EXTERNAL = {"numba": {"kernels"}, "tvm": {"relax_bridge"}, "tvm_ffi": {"relax_bridge"},
-            "torch": {"torch", "report"}, "jax": {"jax"}}
+            "torch": {"torch", "report"}, "jax": {"jax"}, "rich": {"report"}}
 KNOWN: dict[tuple[str, str], str] = {}  # (file, imported unit or package): why it is still there
 
 

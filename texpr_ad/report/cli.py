@@ -103,8 +103,9 @@ class UsageError(TexprError, ValueError):
 def cmd_coverage(args: argparse.Namespace) -> int:
     from ..ops.registry import select
     from .columns import select_columns
-    from .coverage import ProgressBar, previous_seconds, run_coverage
+    from .coverage import previous_seconds, run_coverage
     from .render import RENDERERS, render_table
+    from .term import Progress
 
     entries = select(args.ops)
     if not entries:
@@ -121,9 +122,9 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     formats = list(RENDERERS) if args.format == "table" else [args.format]
     paths = [base.with_name(base.name + RENDERERS[f][0]) for f in formats] if args.output else []
     _check_writable(paths)  # before the run, not after minutes of it
-    progress = None if args.no_progress else ProgressBar()
     hint = previous_seconds(base.with_name(base.name + ".json")) if args.output else {}
-    report = run_coverage(entries, columns, jobs=args.jobs, progress=progress, cost_hint=hint)
+    with Progress(enabled=not args.no_progress) as progress:
+        report = run_coverage(entries, columns, jobs=args.jobs, progress=progress, cost_hint=hint)
 
     if args.output:
         for f, path in zip(formats, paths, strict=True):
@@ -172,11 +173,9 @@ def cmd_relax(args: argparse.Namespace) -> int:
         raise UsageError(f"--ops {args.ops!r} matches no Relax tensor op (e.g. 'relax.nn.*')")
     if args.format == "html":
         raise UsageError("--relax writes md and json (--format table, md or json)")
-    progress = None if args.no_progress else (
-        lambda op: print(f"\r\x1b[K{op}", end="", file=sys.stderr, flush=True))
-    rep = run_relax_matrix(ops, progress=progress)
-    if progress:
-        print("\r\x1b[K", end="", file=sys.stderr)
+    from .term import Progress
+    with Progress(enabled=not args.no_progress, what="relax") as progress:
+        rep = run_relax_matrix(ops, progress=progress)
     if args.output:
         base = Path(args.output)
         base = base.with_suffix("") if base.suffix in {".md", ".json"} else base

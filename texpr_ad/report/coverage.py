@@ -15,7 +15,6 @@ import json
 import multiprocessing
 import os
 import platform
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -278,27 +277,3 @@ def run_coverage(entries: Sequence[OpEntry], columns: Sequence[Column], jobs: in
     env = environment(jobs, sorted({c.target for c in columns}))
     return Report(list(columns), [r for r in rows if r is not None], env, gen, elapsed,
                   {k: v for k, v in why_not.items() if v})
-
-
-class ProgressBar:
-    """`[#####.....] 57/144 conv2d` on stderr: redrawn in place on a terminal, else a line
-    every 10%."""
-
-    def __init__(self, stream: Any = None, width: int = 30) -> None:
-        self.stream = stream or sys.stderr
-        self.width = width
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self._last_decile = -1
-
-    def __call__(self, done: int, total: int, name: str) -> None:
-        frac = done / total if total else 1.0
-        bar = "#" * int(frac * self.width) + "." * (self.width - int(frac * self.width))
-        line = f"[{bar}] {done}/{total} {name}"
-        if self.tty:
-            end = "\n" if done == total else ""
-            self.stream.write("\r" + line[:100].ljust(100) + end)
-            self.stream.flush()
-        elif (d := int(frac * 10)) != self._last_decile:
-            self._last_decile = d
-            self.stream.write(line + "\n")
-            self.stream.flush()

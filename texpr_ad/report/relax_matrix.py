@@ -176,12 +176,8 @@ def render_relax_json(rep: RelaxReport) -> str:
 
 
 def render_relax_table(rep: RelaxReport) -> str:
-    rows = [_cells(r) for r in rep.rows]
-    widths = [max(len(h), *(len(x[i]) for x in rows)) if i < 5 else 0
-              for i, h in enumerate(HEADS)]
-    fmt = lambda xs: "  ".join(x.ljust(w) for x, w in zip(xs, widths, strict=True)).rstrip()  # noqa: E731
-    return "\n".join([fmt(HEADS), fmt(["-" * w for w in widths])] + [fmt(x) for x in rows]
-                     + [""] + summary_lines(rep))
+    from .term import table_text
+    return "\n".join([table_text(HEADS, [_cells(r) for r in rep.rows]), ""] + summary_lines(rep))
 
 
 RELAX_RENDERERS = {"md": (".relax.md", render_relax_markdown),

@@ -7,8 +7,7 @@ import os
 from typing import Callable
 
 from .coverage import LEGEND, Cell, Report
-
-_ANSI = {"ok": "32", "zero": "36", "nondiff": "90", "nocompute": "90", "fail": "31;1", "na": "2"}
+from .term import STATUS_STYLES, table_text
 
 
 def cell_text(c: Cell) -> str:
@@ -17,26 +16,16 @@ def cell_text(c: Cell) -> str:
 
 
 def render_table(report: Report, color: bool | None = None) -> str:
-    """Aligned terminal table with status symbols (ANSI colours on a terminal)."""
+    """Aligned terminal table (rich) with status symbols, ANSI colours when `color`, then
+    the legend, the failures, the kernel counts and the summary line."""
     if color is None:
         color = bool(os.environ.get("FORCE_COLOR")) or False
     heads = ["operator", "cat"] + [c.title for c in report.columns]
     rows = [[r.name, r.category] + [cell_text(r.cells[c.key]) for c in report.columns]
             for r in report.rows]
-    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
-              for i, h in enumerate(heads)]
-
-    def paint(text: str, status: str | None) -> str:
-        if not color or status is None:
-            return text
-        return f"\x1b[{_ANSI.get(status, '0')}m{text}\x1b[0m"
-
-    lines = ["  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip(),
-             "  ".join("-" * w for w in widths)]
-    for r, row in zip(report.rows, rows, strict=True):
-        statuses: list[str | None] = [None, None] + [r.cells[c.key].status for c in report.columns]
-        lines.append("  ".join(paint(t.ljust(w), s)
-                               for t, w, s in zip(row, widths, statuses, strict=True)).rstrip())
+    styles = [[None, None] + [STATUS_STYLES.get(r.cells[c.key].status) for c in report.columns]
+              for r in report.rows]
+    lines = [table_text(heads, rows, styles, color=color)]
     lines.append("")
     lines.append("legend: " + "   ".join(f"{v.symbol} {v.label}" for v in LEGEND.values()))
     lines.extend(_failure_lines(report))
