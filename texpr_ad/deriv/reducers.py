@@ -15,19 +15,20 @@ from typing import Callable
 
 from .. import te
 from ..te import reduce as tr
-from ..te.expr import Call, Expr, IterVar, Reduce, Var, const
+from ..te.expr import Call, Expr, IterVar, Reduce, ReduceKind, Var, const
 from ..te.ops import Op
 from ..te.tensor import Tensor
 from ..te.visit import free_vars, substitute
 from .errors import NotDifferentiableError
 
-_BUILTIN = {"sum": tr.sum, "prod": tr.prod, "max": tr.max, "min": tr.min}
-_SYMMETRIC = {Op.ADD: "sum", Op.MUL: "prod", Op.MAX: "max", Op.MIN: "min"}
+_MAX, _MIN = ReduceKind.MAX, ReduceKind.MIN
+_BUILTIN = {ReduceKind.SUM: tr.sum, ReduceKind.PROD: tr.prod, _MAX: tr.max, _MIN: tr.min}
+_SYMMETRIC = {Op.ADD: ReduceKind.SUM, Op.MUL: ReduceKind.PROD, Op.MAX: _MAX, Op.MIN: _MIN}
 # select(x OP y, x, y): which extreme it keeps
-_SELECT_KEEP_X = {Op.GE: "max", Op.GT: "max", Op.LE: "min", Op.LT: "min"}
+_SELECT_KEEP_X = {Op.GE: _MAX, Op.GT: _MAX, Op.LE: _MIN, Op.LT: _MIN}
 
 
-def classify(result: Expr, x: Var, y: Var) -> str | None:
+def classify(result: Expr, x: Var, y: Var) -> ReduceKind | None:
     """The built-in kind of `result` as a function of (x, y), or None."""
     if set(free_vars(result)) - {x, y}:
         return None
@@ -36,7 +37,7 @@ def classify(result: Expr, x: Var, y: Var) -> str | None:
             return _SYMMETRIC[op]
         case Call(op=Op.SELECT, args=(Call(op=cmp, args=(ca, cb)), t, f)) if cmp in _SELECT_KEEP_X:
             kind = _SELECT_KEEP_X[cmp]
-            flip = {"max": "min", "min": "max"}
+            flip = {_MAX: _MIN, _MIN: _MAX}
             if ca.same_as(y) and cb.same_as(x):  # y OP x
                 kind = flip[kind]
             elif not (ca.same_as(x) and cb.same_as(y)):
@@ -181,8 +182,8 @@ def _prod(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Linearization:
 
 
 # built-in reduction kind -> its linearization `(body, Y, data) -> Linearization`
-LINEARIZE: dict[str, Callable[[Reduce, Tensor, tuple[IterVar, ...]], Linearization]] = {
-    "sum": _sum, "max": _extreme, "min": _extreme, "prod": _prod,
+LINEARIZE: dict[ReduceKind, Callable[[Reduce, Tensor, tuple[IterVar, ...]], Linearization]] = {
+    ReduceKind.SUM: _sum, _MAX: _extreme, _MIN: _extreme, ReduceKind.PROD: _prod,
 }
 
 

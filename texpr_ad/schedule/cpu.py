@@ -44,7 +44,7 @@ from typing import Any, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, const
+from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, ReduceKind, const
 from ..te.ops import Op
 from ..te.simplify import simplify
 from ..te.tensor import Tensor
@@ -121,7 +121,7 @@ def factor_contraction(st: ComputeStage, ov: Mapping[str, Any],
     if not ov.get("blas", not loop_keys) or len(st.bodies) != 1 or st.tensors[0] is None:
         return None, st
     body = st.bodies[0]
-    if not (isinstance(body, Reduce) and body.combiner.kind == "sum" and len(body.source) == 1
+    if not (isinstance(body, Reduce) and body.combiner.kind is ReduceKind.SUM and len(body.source) == 1
             and not body.init and body.dtype in ("float32", "float64")):
         return None, st
     src = body.source[0]
@@ -247,7 +247,7 @@ def _lanes(st: ComputeStage) -> int:
     if len(reds) != 1:
         return 1
     comb, src, axes, cond, _ = next(iter(reds))
-    if len(src) != 1 or comb.kind not in ("sum", "max", "min") or src[0].dtype not in (
+    if len(src) != 1 or comb.kind not in (ReduceKind.SUM, ReduceKind.MAX, ReduceKind.MIN) or src[0].dtype not in (
             "float32", "float64") or not (isinstance(cond, Const) and cond.value is True):
         return 1
     k = axes[-1]
@@ -342,7 +342,7 @@ def _single_sum(st: ComputeStage) -> Reduce | None:
     if len(st.bodies) != 1 or st.tensors[0] is None:
         return None
     b = st.bodies[0]
-    if not (isinstance(b, Reduce) and b.combiner.kind == "sum" and len(b.source) == 1
+    if not (isinstance(b, Reduce) and b.combiner.kind is ReduceKind.SUM and len(b.source) == 1
             and not b.init and isinstance(b.condition, Const) and b.condition.value is True
             and b.dtype in ("float32", "float64")):
         return None
@@ -436,7 +436,7 @@ def _accumulate(st: ComputeStage) -> Accumulate | None:
     if len(reds) != 1:
         return None
     r = next(x for g in groups for x in g)
-    if len(r.source) != 1 or r.combiner.kind not in ("sum", "max", "min", "prod"):
+    if len(r.source) != 1 or r.combiner.kind is ReduceKind.CUSTOM:
         return None
     if any(bounds_depend_on_axes(a) for a in r.axis):
         return None  # bounds depend on the data axes

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Protocol, Sequence
 
-from ..te.expr import Const, Expr, IterVar, Reduce
+from ..te.expr import Const, Expr, IterVar, Reduce, ReduceKind
 from ..te.printer import expr_str
 from ..te.tensor import ComputeOp, Tensor
 from ..te.visit import bounds_depend_on_axes, walk
@@ -70,7 +70,8 @@ def _reduction_notes(bodies: Sequence[Expr], axes: Sequence[IterVar]) -> tuple[s
                 groups.setdefault(x.loop_key, x)
     notes = []
     for r in groups.values():
-        kind = r.combiner.kind if r.combiner.kind != "custom" else f"custom {r.combiner.name!r}"
+        kind = (r.combiner.kind if r.combiner.kind is not ReduceKind.CUSTOM
+                else f"custom {r.combiner.name!r}")
         accs = ", ".join(s.dtype for s in r.source)
         txt = (f"{kind} over {', '.join(a.name for a in r.axis)} in a local {accs} accumulator"
                f"{'s' if len(r.source) > 1 else ''} (serial, in axis order)")

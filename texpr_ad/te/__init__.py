@@ -2,7 +2,8 @@
 from . import dtype
 from .dtype import ExprTypeError
 from .dag import placeholders, topo_order
-from .expr import Call, CommReducer, Const, EqualOp, Expr, IterVar, Read, Reduce, Var, const
+from .expr import (Call, CommReducer, Const, EqualOp, Expr, IterVar, Read, Reduce, ReduceKind, Var,
+                   const)
 from .interp import evaluate
 from .intrin import (abs, acos, acosh, all, any, asin, asinh, atan, atan2, atanh, bitwise_and,
                      bitwise_not, bitwise_or, bitwise_xor, cast, ceil, cos, cosh, erf, exp, floor,
@@ -17,7 +18,7 @@ from .tensor import (ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tensor,
 
 __all__ = [
     "Call", "CommReducer", "ComputeOp", "Const", "EqualOp", "Expr", "ExprTypeError", "IterVar", "Op",
-    "PlaceholderOp", "Read", "Reduce", "Reducer", "ScatterOp", "ScatterUpdate", "Tensor", "TensorError", "Var",
+    "PlaceholderOp", "Read", "Reduce", "ReduceKind", "Reducer", "ScatterOp", "ScatterUpdate", "Tensor", "TensorError", "Var",
     "abs", "acos", "acosh", "all", "any", "asin", "asinh", "atan", "atan2", "atanh", "bitwise_and",
     "bitwise_not", "bitwise_or", "bitwise_xor", "cast", "cosh", "isnan", "sinh", "tan", "ceil", "comm_reducer", "compute", "const", "cos",
     "dtype", "erf", "evaluate", "exp", "expr_str", "floor", "floordiv", "floormod",

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field, fields
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import TexprError
@@ -294,14 +295,31 @@ class Read(Expr):
     dtype: str
 
 
+class ReduceKind(str, Enum):
+    """A reducer's kind: the four built-ins, or CUSTOM (`te.comm_reducer`).  A member is also
+    its string value (equal to it, printed as it), so printed plans and JSON are unchanged."""
+
+    SUM = "sum"
+    PROD = "prod"
+    MAX = "max"
+    MIN = "min"
+    CUSTOM = "custom"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
 @dataclass(frozen=True, eq=False, repr=True)
 class CommReducer:
     """A commutative reducer: `combine(lhs, rhs)` elementwise over tuples, with `identity`.
 
-    `kind` is "sum", "prod", "max", "min" for the built-ins and "custom" otherwise.
+    `kind` is the `ReduceKind` (SUM, PROD, MAX, MIN for the built-ins, CUSTOM otherwise).
     """
 
-    kind: str
+    kind: ReduceKind
     lhs: tuple[Var, ...]
     rhs: tuple[Var, ...]
     result: tuple[Expr, ...]

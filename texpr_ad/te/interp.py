@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import TexprError
 from . import dtype as dt
 from .dag import topo_order
-from .expr import Call, Const, Expr, IterVar, Read, Reduce, Var
+from .expr import Call, Const, Expr, IterVar, Read, Reduce, ReduceKind, Var
 from .ops import Op
 from .tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
 
@@ -203,6 +203,10 @@ def _read(r: Read, idx: list[Any], cx: _Ctx, mask: np.ndarray | None) -> np.ndar
     return arr[tuple(clipped)]
 
 
+_NP_REDUCE = {ReduceKind.SUM: np.sum, ReduceKind.PROD: np.prod, ReduceKind.MAX: np.max,
+              ReduceKind.MIN: np.min}
+
+
 def _identity(red: Reduce, k: int) -> Any:
     return _scalar(red.combiner.identity[k])
 
@@ -231,8 +235,8 @@ def _reduce(red: Reduce, cx: _Ctx, mask: np.ndarray | None) -> np.ndarray:
     srcs = [np.broadcast_to(r, full) for r in raw]
     kind = red.combiner.kind
     n = len(red.source)
-    if kind in ("sum", "prod", "max", "min"):
-        fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[kind]
+    if kind is not ReduceKind.CUSTOM:
+        fn = _NP_REDUCE[kind]
         ident = _identity(red, 0)
         x = np.where(live, srcs[0], ident)
         res = [fn(x, axis=tuple(pos), keepdims=True, initial=ident).astype(red.dtype)]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from .expr import Call, Const, Expr, IterVar, Read, Reduce, Var
+from .expr import Call, Const, Expr, IterVar, Read, Reduce, ReduceKind, Var
 from .ops import ATOM_PRECEDENCE, COMPARE, INFIX, PRECEDENCE, UNARY_PRECEDENCE, Op
 
 _FUNC = {Op.MIN: "min", Op.MAX: "max", Op.SELECT: "if_then_else", Op.NOT: "logical_not"}
@@ -104,7 +104,7 @@ def _reduce_str(r: Reduce, memo: dict[int, str]) -> str:
         extra += f", where={memo[id(r.condition)]}"
     if r.init:
         extra += f", init={', '.join(memo[id(i)] for i in r.init)}"
-    name = kind if kind != "custom" else (r.combiner.name or "reducer")
+    name = kind.value if kind is not ReduceKind.CUSTOM else (r.combiner.name or "reducer")
     s = f"{name}({src}, axis={_axes_str(r.axis)}{extra})"
     return s if len(r.source) == 1 else f"{s}[{r.value_index}]"
 

@@ -5,7 +5,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import TexprError
 from . import dtype as dt
-from .expr import Call, CommReducer, Expr, IterVar, Reduce, Var, as_expr, const
+from .expr import Call, CommReducer, Expr, IterVar, Reduce, ReduceKind, Var, as_expr, const
 from .ops import Op
 
 
@@ -46,9 +46,9 @@ def _is_axis_arg(axis: Any) -> bool:
 class Reducer:
     """A callable reducer: `r(expr, axis=k, where=cond, init=x)` reduces; `r(a, b)` combines."""
 
-    def __init__(self, kind: str, fcombine: Callable[..., Any], fidentity: Callable[..., Any],
+    def __init__(self, kind: ReduceKind, fcombine: Callable[..., Any], fidentity: Callable[..., Any],
                  name: str) -> None:
-        self.kind, self.fcombine, self.fidentity, self.name = kind, fcombine, fidentity, name
+        self.kind, self.fcombine, self.fidentity, self.name = ReduceKind(kind), fcombine, fidentity, name
         self._made: dict[tuple[str, ...], CommReducer] = {}
 
     def make(self, dtypes: Sequence[str]) -> CommReducer:
@@ -85,7 +85,7 @@ class Reducer:
     def __call__(self, expr: Any, axis: Any = None, where: Any = None, init: Any = None,
                  *args: Any) -> Any:
         if isinstance(axis, (list, tuple)) or (isinstance(axis, IterVar) and (
-                axis.kind == "reduce" or self.kind not in ("max", "min"))):
+                axis.kind == "reduce" or self.kind not in (ReduceKind.MAX, ReduceKind.MIN))):
             _axes(axis, self.name)  # a reduction; te.max(x, i) / te.min stay elementwise
         if axis is not None and not _is_axis_arg(axis) and where is None:
             # elementwise form: te.max(a, b)
@@ -128,12 +128,12 @@ def comm_reducer(fcombine: Callable[..., Any], fidentity: Callable[..., Any],
     `fcombine(x, y)` combines two values (two tuples for a tuple reducer) and
     `fidentity(*dtypes)` returns the identity; e.g. argmax over `(index, value)`.
     """
-    return Reducer("custom", fcombine, fidentity, name)
+    return Reducer(ReduceKind.CUSTOM, fcombine, fidentity, name)
 
 
-sum = Reducer("sum", lambda x, y: x + y, lambda t: const(0, t), "sum")  # noqa: A001
-prod = Reducer("prod", lambda x, y: x * y, lambda t: const(1, t), "prod")
-max = Reducer("max", lambda x, y: Call(Op.MAX, (x, y), x.dtype), min_value, "max")  # noqa: A001
-min = Reducer("min", lambda x, y: Call(Op.MIN, (x, y), x.dtype), max_value, "min")  # noqa: A001
+sum = Reducer(ReduceKind.SUM, lambda x, y: x + y, lambda t: const(0, t), "sum")  # noqa: A001
+prod = Reducer(ReduceKind.PROD, lambda x, y: x * y, lambda t: const(1, t), "prod")
+max = Reducer(ReduceKind.MAX, lambda x, y: Call(Op.MAX, (x, y), x.dtype), min_value, "max")  # noqa: A001
+min = Reducer(ReduceKind.MIN, lambda x, y: Call(Op.MIN, (x, y), x.dtype), max_value, "min")  # noqa: A001
 
 __all__ = ["Reducer", "comm_reducer", "sum", "prod", "max", "min", "max_value", "min_value"]
