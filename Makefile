@@ -4,9 +4,9 @@
 #   make docs     - the documentation site (MkDocs, warnings are errors) -> site/
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EXTRAS ?= test,tvm,torch,jax,docs
+EXTRAS ?= test,tvm,torch,jax,docs,tbb
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	touch $@
