@@ -368,25 +368,3 @@ def _check_reads(bodies: tuple[Expr, ...], name: str) -> None:
                         f"{r.tensor.name!r} (shape {shape_str(r.tensor.shape)}): index `{ix}` "
                         f"takes values in {rng}, not all inside [0, {ext}); guard it with "
                         "te.if_then_else / where= or fix the index")
-
-
-def _unguarded_reads(e: Expr) -> list[Read]:
-    """Reads not inside a select branch nor under a reduction's `where=` (guarded reads may be
-    out of bounds where dead); used by texpr_ad.arrays."""
-    out: list[Read] = []
-
-    def go(x: Expr) -> None:
-        if isinstance(x, Read):
-            out.append(x)
-        from .expr import Call
-        if isinstance(x, Call) and x.op is Op.SELECT:
-            go(x.args[0])
-            return
-        if isinstance(x, Reduce) and not (isinstance(x.condition, Const) and x.condition.value is True):
-            go(x.condition)
-            return
-        for c in children(x):
-            go(c)
-
-    go(e)
-    return out
