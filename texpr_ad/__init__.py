@@ -4,14 +4,16 @@
     import texpr_ad as ta
     dA, dW = ta.grad(Y, [A, W], head=dY)     # adjoint te tensors
     bwd = ta.build([dA, dW], [A, W, dY])     # a compiled CPU kernel
+    fwd, bwd = ta.vjp([Y], [A, W])           # forward with residuals, backward reading them
 """
 from . import te
 from .api import CustomOp, CustomOpError, build, custom_op
 from .arrays import ArrayArgumentError
 from .deriv import GradientError, NotDifferentiableError, grad, jvp
 from .errors import TexprError
+from .pullback import vjp
 from .te.work import work
 
 __version__ = "0.1.0"
 __all__ = ["ArrayArgumentError", "CustomOp", "CustomOpError", "GradientError", "NotDifferentiableError", "TexprError", "build",
-           "custom_op", "grad", "jvp", "te", "work"]
+           "custom_op", "grad", "jvp", "vjp", "te", "work"]

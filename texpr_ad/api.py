@@ -8,7 +8,6 @@ import numpy as np
 
 from . import te
 from .arrays import ArrayArgumentError, as_array, static_shape
-from .deriv import grad
 from .errors import TexprError
 from .te import dtype as dt
 from .te.tensor import Tensor
@@ -60,6 +59,7 @@ class CustomOp:
         self.fn, self.name, self.target = fn, name, target
         self._cache: dict[tuple, list] = {}
         self._defs: dict[tuple, tuple[list[Tensor], list[Tensor]]] = {}
+        self._pullbacks: dict[tuple, Any] = {}
 
     def _arrays(self, arrays: Sequence[Any]) -> list[np.ndarray]:
         return [as_array(a, f"{self.name}: array {k}") for k, a in enumerate(arrays)]
@@ -93,29 +93,60 @@ class CustomOp:
         return ins, outs
 
     def _instance(self, arrays: Sequence[np.ndarray]) -> list:
-        """[placeholders, outputs, forward kernel, backward (built on first vjp) or None]."""
+        """[placeholders, outputs, forward kernel]."""
         key = tuple((a.shape, a.dtype.str) for a in arrays)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
         ins, outs = self.define([(a.shape, a.dtype) for a in arrays])
-        self._cache[key] = [ins, outs, build(outs, ins, self.target), None]
+        self._cache[key] = [ins, outs, build(outs, ins, self.target)]
         return self._cache[key]
 
     def __call__(self, *arrays: Any) -> Any:
         arrs = self._arrays(arrays)
-        ins, outs, fwd, _ = self._instance(arrs)
+        ins, outs, fwd = self._instance(arrs)
         res = fwd(*arrs)
         return res[0] if len(outs) == 1 else tuple(res)
 
+    def pullback(self, specs: Sequence[tuple[tuple[int, ...], Any]], save: str = "auto") -> Any:
+        """The `Pullback` (derivation, residual decisions, lazily built kernels) for arrays of
+        these (shape, dtype)s; `save="none"` recomputes everything from the inputs."""
+        from .pullback import Pullback
+        key = (tuple((tuple(s), np.dtype(d).str) for s, d in specs), save)
+        hit = self._pullbacks.get(key)
+        if hit is None:
+            ins, outs = self.define(specs)
+            hit = self._pullbacks[key] = Pullback(outs, ins, self.target, save)
+        return hit
+
+    def forward(self, *arrays: Any) -> tuple[tuple[np.ndarray, ...], Any]:
+        """`(outputs, residuals)`: the forward that also saves what `backward` needs."""
+        arrs = self._arrays(arrays)
+        return self.pullback([(a.shape, a.dtype) for a in arrs]).forward(*arrs)
+
+    def backward(self, res: Any, *g: Any) -> tuple[np.ndarray | None, ...]:
+        """Gradients from the residuals of a `forward` call and one cotangent per output."""
+        from .pullback import Residuals
+        p = next((p for p in self._pullbacks.values() if isinstance(res, Residuals)
+                  and res.owner == id(p)), None)
+        if p is None:
+            raise CustomOpError(f"{self.name}.backward takes the residuals returned by "
+                                f"{self.name}.forward(...), got {type(res).__name__}")
+        return p.backward(res, *self._heads(list(g), p.outputs))
+
     def vjp(self, g: Any, *arrays: Any) -> tuple[np.ndarray | None, ...]:
         """Gradients of <g, op(*arrays)> w.r.t. each array (None for integer inputs); `g` is one
-        cotangent per output (a list for several outputs), each shaped like its output."""
+        cotangent per output (a list for several outputs), each shaped like its output.  The
+        backward recomputes what it needs from the arrays (see `forward`/`backward` to save it)."""
         arrs = self._arrays(arrays)
-        inst = self._instance(arrs)
-        ins, outs, _, bwd = inst
+        _, outs = self.define([(a.shape, a.dtype) for a in arrs])
         several = isinstance(g, (list, tuple)) and (len(outs) > 1 or all(isinstance(x, np.ndarray) for x in g))
-        gs = list(g) if several else [g]
+        heads = self._heads(list(g) if several else [g], outs)
+        p = self.pullback([(a.shape, a.dtype) for a in arrs], save="none")
+        return p.backward(p.residuals(arrs, (), ()), *heads)
+
+    def _heads(self, gs: list[Any], outs: Sequence[Tensor]) -> list[np.ndarray]:
+        """The cotangents as arrays of their outputs' shapes and dtypes (or a clear error)."""
         if len(gs) != len(outs):
             raise CustomOpError(f"{self.name}.vjp: got {len(gs)} cotangent(s) for {len(outs)} "
                                 f"output(s) ({', '.join(o.name for o in outs)}); pass one per output")
@@ -132,14 +163,7 @@ class CustomOp:
                 raise ArrayArgumentError(f"{self.name}.vjp: cotangent {k} has dtype {h.dtype}, "
                                          f"output {o.name!r} is {o.dtype}; convert it with "
                                          f".astype('{o.dtype}')") from None
-        if bwd is None:
-            hs = [te.placeholder(o.shape, o.dtype, name=f"d{o.name}") for o in outs]
-            adj = grad(outs, ins, head=hs)
-            live = [a for a in adj if a is not None]
-            bwd = inst[3] = (adj, build(live, ins + hs, self.target) if live else None)
-        adj, kern = bwd
-        res = iter(kern(*arrs, *heads)) if kern is not None else iter(())
-        return tuple(None if a is None else next(res) for a in adj)
+        return heads
 
 
 def custom_op(fn: Callable[..., Any], name: str = "custom_op", target: str = "cpu") -> CustomOp:

@@ -7,8 +7,10 @@
 Route: `torch.library.custom_op` (schema `(Tensor[] xs) -> Tensor[]`) with `register_autograd`
 and a fake implementation, so the op dispatches like a built-in, is opaque to `torch.compile`
 and traces under FakeTensors.  The backward is a second custom op (`<name>_vjp`), so it is
-opaque to `torch.compile` too.  No residuals yet: the backward recomputes from the saved inputs
-through `CustomOp.vjp` (texpr_ad has no `ta.vjp` with residuals).
+opaque to `torch.compile` too.  Residuals (`ta.vjp`): the forward op also returns the
+intermediates its backward reads (a row max, a normalizer; see `Pullback.explain()`), marked
+non-differentiable and saved by autograd with the inputs and outputs; the `_vjp` op reads them
+instead of recomputing.
 
 Arrays: CPU tensors reach the Numba kernels as `.numpy()` views (no copy) when C-contiguous;
 a non-contiguous tensor (a transpose, an expanded gradient) is copied once with `.contiguous()`.
@@ -26,10 +28,8 @@ import numpy as np
 import torch
 
 from texpr_ad.api import CustomOp, build
-from texpr_ad.deriv import grad
 from texpr_ad.errors import TexprError
 from texpr_ad.kernels import numba_cuda
-from texpr_ad.te import placeholder
 from texpr_ad.te.tensor import Tensor
 
 _NP = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64,
@@ -63,13 +63,17 @@ class TorchOp:
         self._cuda: dict[tuple, list] = {}
         self.forward_op = self._register(self.qualname, "(Tensor[] xs) -> Tensor[]",
                                          self._forward, self._forward_fake)
-        self.vjp_op = self._register(self.qualname + "_vjp", "(Tensor[] gs, Tensor[] xs) -> Tensor[]",
+        self.vjp_op = self._register(self.qualname + "_vjp",
+                                     "(Tensor[] gs, Tensor[] xs, Tensor[] ys) -> Tensor[]",
                                      self._vjp, self._vjp_fake)
         self.forward_op.register_autograd(self._backward, setup_context=self._setup_context)
 
     def __call__(self, *xs: torch.Tensor) -> Any:
-        outs = self.forward_op(list(xs))
+        outs = self.forward_op(list(xs))[: len(self._pullback(xs).outputs)]  # then residuals
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _pullback(self, xs: Sequence[torch.Tensor]) -> Any:
+        return self.core.pullback(self._specs(xs))
 
     # -- registration and autograd ---------------------------------------------------------
 
@@ -89,13 +93,17 @@ class TorchOp:
         op.register_fake(fake)
         return op
 
-    @staticmethod
-    def _setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
-        ctx.save_for_backward(*inputs[0])
+    def _setup_context(self, ctx: Any, inputs: tuple, output: Any) -> None:
+        xs, ys = list(inputs[0]), list(output)
+        ctx.n_in, ctx.n_out = len(xs), len(self._pullback(xs).outputs)
+        ctx.mark_non_differentiable(*ys[ctx.n_out:])
+        ctx.save_for_backward(*xs, *ys)
 
-    def _backward(self, ctx: Any, gs: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor | None]]:
-        xs = ctx.saved_tensors
-        gfloat = iter(self.vjp_op(list(gs), list(xs)))
+    def _backward(self, ctx: Any, gs: Sequence[torch.Tensor | None]) -> tuple[list[torch.Tensor | None]]:
+        saved = ctx.saved_tensors
+        xs, ys = saved[: ctx.n_in], saved[ctx.n_in:]
+        heads = [torch.zeros_like(y) if g is None else g for g, y in zip(gs, ys[: ctx.n_out])]
+        gfloat = iter(self.vjp_op(heads, list(xs), list(ys)))
         return ([next(gfloat) if _is_float(x) else None for x in xs],)
 
     # -- implementations (real and fake) ---------------------------------------------------
@@ -104,46 +112,62 @@ class TorchOp:
         return [(tuple(x.shape), _np_dtype(x, k, self.name)) for k, x in enumerate(xs)]
 
     def _forward_fake(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
-        _, outs = self.core.define(self._specs(xs))
+        p = self._pullback(xs)
         dev = xs[0].device if xs else torch.device("cpu")
         return [torch.empty([int(s) for s in _static(o)], dtype=_torch_dtype(o.dtype), device=dev)
-                for o in outs]
+                for o in p.outputs + p.extra]
 
-    def _vjp_fake(self, gs: list[torch.Tensor], xs: list[torch.Tensor]) -> list[torch.Tensor]:
+    def _vjp_fake(self, gs: list[torch.Tensor], xs: list[torch.Tensor],
+                  ys: list[torch.Tensor]) -> list[torch.Tensor]:
         return [torch.empty_like(x) for x in xs if _is_float(x)]
 
     def _forward(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The outputs, then the saved intermediates (the pullback's `extra`)."""
         if _on_cuda(xs, self.name):
-            return self._cuda_call(xs, None)
-        res = self.core(*[_host(x, k, self.name) for k, x in enumerate(xs)])
-        return [torch.from_numpy(r) for r in (res if isinstance(res, tuple) else (res,))]
-
-    def _vjp(self, gs: list[torch.Tensor], xs: list[torch.Tensor]) -> list[torch.Tensor]:
-        if _on_cuda([*gs, *xs], self.name):
-            return self._cuda_call(xs, gs)
+            return self._cuda_call(xs, None, None)
+        p = self._pullback(xs)
         arrays = [_host(x, k, self.name) for k, x in enumerate(xs)]
-        heads = [_host(g, k, f"{self.name} cotangent") for k, g in enumerate(gs)]
-        res = self.core.vjp(heads, *arrays)
+        outs, res = p.forward(*arrays)
+        return [torch.from_numpy(r) for r in p.forward_kernel_result(outs, res)]
+
+    def _vjp(self, gs: list[torch.Tensor], xs: list[torch.Tensor],
+             ys: list[torch.Tensor]) -> list[torch.Tensor]:
+        if _on_cuda([*gs, *xs], self.name):
+            return self._cuda_call(xs, gs, ys)
+        p = self._pullback(xs)
+        arrays = [_host(x, k, self.name) for k, x in enumerate(xs)]
+        saved = [_host(y, k, f"{self.name} residual") for k, y in enumerate(ys)]
+        n = len(p.outputs)
+        heads = self.core._heads([_host(g, k, f"{self.name} cotangent") for k, g in enumerate(gs)],
+                                 p.outputs)
+        res = p.backward(p.residuals(arrays, saved[:n], saved[n:]), *heads)
         return [torch.from_numpy(r) for r, x in zip(res, xs, strict=True) if _is_float(x)]
 
     # -- CUDA (untested without a GPU) ------------------------------------------------------
 
-    def _cuda_call(self, xs: list[torch.Tensor], gs: list[torch.Tensor] | None) -> list[torch.Tensor]:
-        """Forward (gs None) or float-input gradients on the GPU, through the CUDA kernels."""
+    def _cuda_call(self, xs: list[torch.Tensor], gs: list[torch.Tensor] | None,
+                   ys: list[torch.Tensor] | None) -> list[torch.Tensor]:
+        """Forward with residuals (gs None) or float-input gradients on the GPU: the CPU
+        pullback's graphs (outputs + extra; gradients over saved slots) built for CUDA."""
+        p = self._pullback(xs)
         key = tuple(self._specs(xs))
         inst = self._cuda.get(key)
         if inst is None:
-            ins, outs = self.core.define(list(key))
-            inst = self._cuda[key] = [ins, outs, build(outs, ins, "cuda"), None]
-        ins, outs, fwd, bwd = inst
-        if gs is not None and bwd is None:
-            hs = [placeholder(o.shape, o.dtype, name=f"d{o.name}") for o in outs]
-            adj = grad(outs, ins, head=hs)
-            live = [a for a in adj if a is not None]
-            bwd = inst[3] = build(live, ins + hs, "cuda")
+            inst = self._cuda[key] = [build(p.outputs + p.extra, p.inputs, "cuda"), None]
+        if gs is not None and inst[1] is None and p.grads:
+            params = [p.inputs[k] for k in p.input_positions] + p.slots + p.heads
+            inst[1] = build(p.grads, params, "cuda")
         torch.cuda.current_stream(xs[0].device).synchronize()  # Numba launches on its default stream
-        args = [x.detach().contiguous() for x in (xs if gs is None else [*xs, *gs])]
-        res = (fwd if gs is None else bwd)(*args)
+        if gs is None:
+            args = [x.detach().contiguous() for x in xs]
+            res = inst[0](*args)
+        else:
+            by_id = {id(t): y for t, y in zip(p.outputs + p.extra, ys or (), strict=True)}
+            args = [xs[k] for k in p.input_positions] + [by_id[id(t)] for t in p.saved] + list(gs)
+            res = inst[1](*[a.detach().contiguous() for a in args]) if inst[1] is not None else ()
+            live = iter(res)
+            res = [next(live) if a is not None else torch.zeros_like(x)
+                   for a, x in zip(p.adjoints, xs, strict=True) if _is_float(x)]
         numba_cuda.synchronize()
         return [torch.as_tensor(r, device=xs[0].device) for r in res]
 

@@ -83,7 +83,7 @@ def test_integer_input_gradient_is_none_in_the_backward():
     idx = torch.tensor([4, 0, 4, 2], dtype=torch.int64)
     assert torch.autograd.gradcheck(lambda x: op(x, idx), (x,))
     y = op(x, idx)
-    ctx = type("Ctx", (), {"saved_tensors": (x.detach(), idx)})()
+    ctx = type("Ctx", (), {"saved_tensors": (x.detach(), idx, y.detach()), "n_in": 2, "n_out": 1})()
     grads = op._backward(ctx, [torch.ones(4, dtype=torch.float64)])
     assert grads[0][1] is None
     torch.testing.assert_close(grads[0][0], torch.tensor([2.0, 0, 2, 0, 4], dtype=torch.float64))

@@ -1,0 +1,191 @@
+"""`vjp` (pullback kernels): a forward kernel that also returns residuals, and a backward kernel that reads them.
+
+    fwd, bwd = ta.vjp([Y], [A, W])
+    (y,), res = fwd(a, w)          # the outputs, and what the backward needs
+    da, dw = bwd(res, dy)          # one cotangent per output; None for integer inputs
+
+Which forward tensors are saved and which are recomputed in the backward is decided per
+tensor by `schedule.residuals.choose` (outputs and reductions are saved; elementwise
+stages are recomputed); `fwd.explain()` prints each decision with its reason.  The residuals
+hold references to the arrays passed to `fwd` and to the outputs it returned: modifying them
+in place before calling `bwd` changes the gradient, as it would in PyTorch without its
+version counters.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Collection, NamedTuple, Sequence
+
+import numpy as np
+
+from . import te
+from .deriv import grad
+from .errors import TexprError
+from .schedule.residuals import Decision, choose
+from .te.dag import placeholders, replace_inputs
+from .te.tensor import Tensor
+
+
+class ResidualsError(TexprError, TypeError):
+    """A backward called with residuals from another vjp, or with the wrong cotangents."""
+
+
+@dataclass(frozen=True)
+class Residuals:
+    """What one forward call saved for its backward: input arrays the backward recomputes
+    from, and saved forward tensors (outputs and intermediates), in the backward's order."""
+
+    owner: int  # id of the VJP that made them
+    arrays: tuple[np.ndarray, ...]
+    names: tuple[str, ...]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held only for the backward: saved intermediates (not inputs or outputs)."""
+        return sum(a.nbytes for a, n in zip(self.arrays, self.names, strict=True)
+                   if n.startswith("saved "))
+
+
+class Pullback:
+    """The derivation of one vjp: cotangent placeholders, adjoints, the residual decisions and
+    the backward graph over the saved tensors; both kernels are built on first use."""
+
+    def __init__(self, outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str = "cpu",
+                 save: str | Collection[str] = "auto") -> None:
+        self.outputs, self.inputs, self.target = list(outputs), list(inputs), target
+        self.heads = [te.placeholder(o.shape, o.dtype, name=f"d{o.name}") for o in self.outputs]
+        self.adjoints = grad(self.outputs, self.inputs, head=self.heads)
+        live = [a for a in self.adjoints if a is not None]
+        self.decisions = choose(self.outputs, live, self.heads, save)
+        self.saved = [d.tensor for d in self.decisions if d.save]
+        self.extra = [t for t in self.saved if all(t is not o for o in self.outputs)]
+        self.slots = [te.placeholder(t.shape, t.dtype, name=f"saved_{t.name}") for t in self.saved]
+        self.grads = replace_inputs(live, dict(zip(self.saved, self.slots, strict=True)))
+        read = {id(p) for p in placeholders(self.grads)}
+        self.input_positions = [k for k, x in enumerate(self.inputs) if id(x) in read]
+        self._fwd: Any = None
+        self._bwd: Any = None
+
+    @property
+    def forward_kernel(self) -> Any:
+        """Inputs -> outputs, then the saved tensors that are not outputs (`extra`)."""
+        if self._fwd is None:
+            from .api import build
+            self._fwd = build(self.outputs + self.extra, self.inputs, self.target)
+        return self._fwd
+
+    @property
+    def backward_kernel(self) -> Any:
+        """Read inputs, saved tensors, cotangents -> the live gradients (None if none)."""
+        if self._bwd is None and self.grads:
+            from .api import build
+            params = [self.inputs[k] for k in self.input_positions] + self.slots + self.heads
+            self._bwd = build(self.grads, params, self.target)
+        return self._bwd
+
+    def residuals(self, arrays: Sequence[Any], outs: Sequence[Any], extra: Sequence[Any]) -> Residuals:
+        """The residuals of one forward call: its input arrays, outputs and extra saved arrays."""
+        by_id = {id(t): a for t, a in zip(self.outputs + self.extra, [*outs, *extra], strict=True)
+                 } if self.saved else {}  # save="none": the inputs alone
+        args = [arrays[k] for k in self.input_positions] + [by_id[id(t)] for t in self.saved]
+        return Residuals(id(self), tuple(args), self.residual_names)
+
+    @property
+    def residual_names(self) -> tuple[str, ...]:
+        outs = {id(o) for o in self.outputs}
+        return tuple([f"input {self.inputs[k].name}" for k in self.input_positions]
+                     + [f"{'output' if id(t) in outs else 'saved'} {t.name}" for t in self.saved])
+
+    def forward(self, *arrays: Any) -> tuple[tuple[Any, ...], Residuals]:
+        res = self.forward_kernel(*arrays)
+        n = len(self.outputs)
+        return tuple(res[:n]), self.residuals([np.asarray(a) for a in arrays], res[:n], res[n:])
+
+    def forward_kernel_result(self, outs: Sequence[Any], res: Residuals) -> list[Any]:
+        """What the forward kernel returned, rebuilt from `forward`'s results: the outputs,
+        then the `extra` saved tensors (for frontends that pass residuals as arrays)."""
+        n = len(self.input_positions)
+        saved = dict(zip(map(id, self.saved), res.arrays[n:], strict=True))
+        return [*outs, *(saved[id(t)] for t in self.extra)]
+
+    def backward(self, res: Residuals, *heads: Any) -> tuple[Any | None, ...]:
+        if not isinstance(res, Residuals) or res.owner != id(self):
+            raise ResidualsError(f"backward takes the residuals returned by this vjp's forward "
+                                 f"(`outs, res = fwd(...)`), got {type(res).__name__}")
+        if len(heads) != len(self.heads):
+            raise ResidualsError(f"backward got {len(heads)} cotangent(s) for {len(self.heads)} "
+                                 f"output(s) ({', '.join(o.name for o in self.outputs)}); pass "
+                                 f"one per output, shaped like it")
+        kern = self.backward_kernel
+        got = iter(kern(*res.arrays, *heads) if kern is not None else ())
+        return tuple(None if a is None else next(got) for a in self.adjoints)
+
+    def explain(self) -> str:
+        lines = [f"residuals of vjp({', '.join(o.name for o in self.outputs)}):"]
+        lines += [f"  {d}" for d in self.decisions] or ["  (the backward reads no forward tensor)"]
+        if self.input_positions:
+            lines.append("  inputs read by the backward: "
+                         + ", ".join(self.inputs[k].name for k in self.input_positions))
+        return "\n".join(lines)
+
+
+class Forward:
+    """`fwd(*arrays)`: `(outputs, residuals)`; `fwd.explain()` prints the residual decisions."""
+
+    def __init__(self, pullback: Pullback) -> None:
+        self.pullback = pullback
+
+    def __call__(self, *arrays: Any) -> tuple[tuple[Any, ...], Residuals]:
+        return self.pullback.forward(*arrays)
+
+    def explain(self) -> str:
+        return self.pullback.explain()
+
+    @property
+    def kernel(self) -> Any:
+        return self.pullback.forward_kernel
+
+
+class Backward:
+    """`bwd(residuals, *cotangents)`: one gradient per input (None for integer inputs)."""
+
+    def __init__(self, pullback: Pullback) -> None:
+        self.pullback = pullback
+
+    def __call__(self, res: Residuals, *heads: Any) -> tuple[Any | None, ...]:
+        return self.pullback.backward(res, *heads)
+
+    def explain(self) -> str:
+        return self.pullback.explain()
+
+    @property
+    def kernel(self) -> Any:
+        return self.pullback.backward_kernel
+
+
+class VJP(NamedTuple):
+    """`fwd, bwd = ta.vjp(...)`: the forward (outputs and residuals) and the backward."""
+
+    forward: Forward
+    backward: Backward
+
+    @property
+    def decisions(self) -> list[Decision]:
+        return self.forward.pullback.decisions
+
+    def explain(self) -> str:
+        return self.forward.explain()
+
+
+def vjp(outputs: Tensor | Sequence[Tensor], inputs: Sequence[Tensor], target: str = "cpu",
+        save: str | Collection[str] = "auto") -> VJP:
+    """Build `fwd, bwd` for `outputs` as functions of the placeholders `inputs`.
+
+    `fwd(*arrays)` returns `(outputs, residuals)`; `bwd(residuals, *cotangents)` returns one
+    gradient per input.  `save` is "auto" (the rule table of `schedule.residuals`), "none"
+    (recompute everything from the inputs), "all", or the names of the forward tensors to save.
+    """
+    outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    p = Pullback(outs, list(inputs), target, save)
+    p.forward_kernel, p.backward_kernel  # build both now: errors surface here, not at the first call
+    return VJP(Forward(p), Backward(p))
