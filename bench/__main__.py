@@ -1,23 +1,41 @@
 """`python -m bench`: texpr_ad kernels side by side with PyTorch (and JAX when installed).
 
-For every workload (bench/workloads.py), forward and backward, on the same
-float32 inputs in the same process: the median time of `--repeat` runs after
-warm-up, with two threads for every framework; the ratio texpr_ad / torch; the
-max relative error against torch (max |a - b| / max |b|).
+Every workload (bench/workloads.py, built from the operator library) and, unless `--no-plain`,
+its plain formulation (bench/plain.py, the same operation written with `te` directly, rows
+"<name>:plain") is timed three ways, each against PyTorch on the same float32 inputs in the
+same process:
 
-"bwd" is the vector-Jacobian product: inputs and a head in, the gradients of
-every float input out.  texpr_ad's backward kernel recomputes what it needs of
-the forward, so torch is timed on the same function: forward + autograd.grad
-(its backward pass alone is shown under each row).
+  fwd   texpr_ad's forward kernel (`ta.build`)        vs torch forward under no_grad
+  step  `outs, res = fwd(*a); bwd(res, g)` (the vjp   vs `y = f(*ts); torch.autograd.grad(y,
+        pair: forward saving residuals + backward)       diff, g)`
+  bwd   `bwd(res, g)`, residuals computed once        vs `torch.autograd.grad(y, diff, g,
+                                                         retain_graph=True)` on a graph built
+                                                         once, each gradient made .contiguous()
 
-Compile times: "cold" builds every kernel in a fresh subprocess with an empty
-`TEXPR_CACHE_DIR`; "warm" does it again in a second process sharing the folder.
-Each is (derive + plan + render + compile + first call) minus one steady call.
+The `.contiguous()`: torch returns views for some gradients (stride-0 expands for sums, permuted
+strides for transposes) while texpr_ad writes dense arrays; the backward-alone column compares
+the same work.  The training step is timed as a user writes it, without it.  The vjp pair is
+`texpr_ad.vjp` when the library has it, else bench/vjp.py's stand-in (forward kernel + a
+backward kernel recomputing from the inputs); the header says which.
 
-Timings of texpr_ad and torch are interleaved call by call, so both see the same
-machine load; "ratio" uses the medians, "(min)" the fastest runs.
+Per row: the median of `--repeat` runs after warm-up, with two threads for every framework;
+"ratio" texpr_ad / torch of the medians, "(min)" of the fastest runs; "max rel err" (max |a - b|
+/ max |b|) of the forward output (fwd), of the vjp pair's forward output (step) and of its
+gradients (bwd) against torch.  JAX (jitted forward, jitted step `jax.vjp` + apply, jitted
+apply of a precomputed vjp function; bench/jax_side.py) is timed where installed: "jax ms" and
+"t/jax" = texpr_ad / JAX; XLA is held to two threads by XLA_FLAGS (set before jax is imported,
+unless the caller set XLA_FLAGS).  The registry row, its plain row, torch and JAX are
+interleaved call by call for each comparison, so all see the same machine load.
 
-Options: --only NAME[,NAME], --repeat N, --target cpu|cuda, --quick, --no-compile.
+Compile times: "cold" builds in a fresh subprocess with an empty `TEXPR_CACHE_DIR`; "warm" does
+it again in a second process sharing the folder.  The fwd row is the forward kernel, the step
+row the vjp pair (build + first forward + first backward); each minus one steady call.
+
+The summary gives the geometric mean texpr_ad / torch of each comparison over the registry rows
+and over the plain rows, the worst row of each, and plain / registry training-step time per
+operator (from the same interleaved runs).
+
+Options: --only NAME[,NAME], --repeat N, --target cpu|cuda, --quick, --no-compile, --no-plain.
 """
 from __future__ import annotations
 
@@ -38,9 +56,16 @@ THREADS = 2
 # thrash a small machine (measured 50x slowdowns), so they are off unless the caller sets this.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from bench.jax_side import THREAD_FLAGS  # noqa: E402
+
+os.environ.setdefault("XLA_FLAGS", THREAD_FLAGS)  # before anything imports jax
+
 import numpy as np  # noqa: E402
 
-from texpr_ad.testing import rel_error, sample_times, timed  # noqa: E402
+from texpr_ad.testing import rel_error, sample_times  # noqa: E402
+
+COMPARISONS = ("fwd", "step", "bwd")
+Call = Callable[[], Any]
 
 
 def _set_threads() -> None:
@@ -52,114 +77,155 @@ def _set_threads() -> None:
     numba.set_num_threads(THREADS)
 
 
-def _paired_times(f: Callable[[], Any], g: Callable[[], Any], repeat: int,
-                  warmup: int = 2) -> tuple[float, float, float, float]:
-    """(median f, median g, min f, min g), calls interleaved so both see the same machine load."""
-    tf, tg = sample_times(f, g, repeat=repeat, warmup=warmup)
-    return statistics.median(tf), statistics.median(tg), min(tf), min(tg)
+def _paired_times(*fns: Call, repeat: int, warmup: int = 2) -> list[tuple[float, float]]:
+    """(median, min) seconds of each of `fns`, calls interleaved so all see the same load."""
+    return [(statistics.median(t), min(t)) for t in sample_times(*fns, repeat=repeat,
+                                                                 warmup=warmup)]
 
 
 def _rel_err(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> float:
     return max((rel_error(a, b) for a, b in zip(got, want, strict=True)), default=0.0)
 
 
+def _shape(w: Any) -> tuple[int, ...]:
+    return tuple(int(s.value) for s in w.output.shape)
+
+
 def _head(shape: tuple[int, ...], seed: int = 1) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
-def _texpr_kernels(w: Any, target: str) -> tuple[Any, Any, Any]:
-    """(forward kernel, backward kernel, head placeholder) of workload `w`."""
+def _short(e: Exception) -> str:
+    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+
+
+def texpr_side(w: Any, g: np.ndarray, target: str) -> dict[str, Any]:
+    """Timed calls {fwd, step, bwd} of workload `w` and its results; a comparison whose kernels
+    fail to build is left out and its error kept under "errors"."""
     import texpr_ad as ta
-    from texpr_ad import te
-    fwd = ta.build([w.output], list(w.inputs), target=target)
-    head = te.placeholder(w.output.shape, w.output.dtype, name="head")
-    grads = ta.grad(w.output, [w.inputs[k] for k in w.float_inputs], head=head)
-    bwd = ta.build(grads, [*w.inputs, head], target=target)
-    return fwd, bwd, head
+    from bench.vjp import vjp
+    side: dict[str, Any] = {"errors": {}}
+    try:
+        k = ta.build([w.output], list(w.inputs), target=target)
+        side["y"] = k(*w.arrays)
+        side["fwd"] = lambda: k(*w.arrays)
+    except Exception as e:  # noqa: BLE001 - reported in the row, not fatal
+        side["errors"]["fwd"] = _short(e)
+    try:
+        fwd, bwd = vjp([w.output], list(w.inputs), target)
+        outs, res = fwd(*w.arrays)
+        side["grads"] = [x for x in bwd(res, g) if x is not None]
+        side["vjp_y"] = outs
+        side["step"] = lambda: bwd(fwd(*w.arrays)[1], g)
+        side["bwd"] = lambda: bwd(res, g)
+    except Exception as e:  # noqa: BLE001
+        side["errors"]["step"] = side["errors"]["bwd"] = _short(e)
+    return side
 
 
-def _torch_side(w: Any, g: np.ndarray, repeat: int) -> dict[str, Any]:
+def torch_side(w: Any, g: np.ndarray) -> dict[str, Any]:
     import torch
     ts = [torch.from_numpy(a.copy()) for a in w.arrays]
     diff = [ts[k].requires_grad_(True) for k in w.float_inputs]
-    gt = torch.from_numpy(g.copy()).reshape(w.torch_fn(*ts).shape)
+    gt = torch.from_numpy(g.copy())
 
     def fwd() -> Any:
         with torch.no_grad():
             return w.torch_fn(*ts)
 
-    def vjp() -> Any:
+    def step() -> Any:
         return torch.autograd.grad(w.torch_fn(*ts), diff, gt)
 
     y = w.torch_fn(*ts)
 
-    def bwd_only() -> Any:
-        return torch.autograd.grad(y, diff, gt, retain_graph=True)
+    def bwd() -> Any:
+        return [x.contiguous() for x in torch.autograd.grad(y, diff, gt, retain_graph=True)]
 
-    return {"fwd": fwd, "bwd": vjp, "bwd_only_t": timed(bwd_only, repeat, warmup=2),
-            "y": fwd().detach().numpy(), "grads": [x.numpy() for x in vjp()]}
+    return {"fwd": fwd, "step": step, "bwd": bwd, "y": fwd().numpy(),
+            "grads": [x.numpy() for x in step()]}
 
 
-def _jax_available() -> bool:
+def _jax(w: Any, g: np.ndarray, use: bool) -> dict[str, Call] | None:
+    if not use:
+        return None
+    from bench.jax_side import jax_side
     try:
-        import jax  # noqa: F401
-    except ImportError:
-        return False
-    return True
+        return jax_side(w.name, w.arrays, w.float_inputs, g)
+    except Exception as e:  # noqa: BLE001 - JAX is optional; its row shows '-'
+        print(f"  (jax: {w.name}: {_short(e)})", file=sys.stderr)
+        return None
 
 
-def run_workload(name: str, quick: bool, repeat: int, target: str) -> dict[str, Any]:
-    from bench.workloads import make
-    w = make(name, quick)
-    row: dict[str, Any] = {"name": name}
-    g = _head(tuple(int(s.value) for s in w.output.shape))
-    ref = _torch_side(w, g, repeat)
-    row.update(torch_bwd_only=ref["bwd_only_t"])
-    try:
-        fwd, bwd, _ = _texpr_kernels(w, target)
-    except Exception as e:  # noqa: BLE001 - a target that cannot build is reported, not fatal
-        if target == "cpu":
-            raise
-        row["error"] = f"not available ({type(e).__name__}: {str(e).splitlines()[0][:80]})"
-        return row
-    args = w.arrays
-    gargs = (*w.arrays, g.reshape(tuple(int(s.value) for s in w.output.shape)))
-    for d, k, a in (("fwd", fwd, args), ("bwd", bwd, gargs)):
-        row[d], row[f"torch_{d}"], row[f"{d}_min"], row[f"torch_{d}_min"] = _paired_times(
-            lambda k=k, a=a: k(*a), ref[d], repeat)
-    row["fwd_err"] = _rel_err(fwd(*args), [ref["y"]])
-    row["bwd_err"] = _rel_err(bwd(*gargs), ref["grads"])
-    return row
+def _errors(side: dict[str, Any], ref: dict[str, Any]) -> dict[str, float]:
+    checks = {"fwd": ("y", "y"), "step": ("vjp_y", "y"), "bwd": ("grads", "grads")}
+    out = {}
+    for c, (mine, theirs) in checks.items():
+        if mine in side:
+            got = side[mine]
+            want = ref[theirs] if theirs == "grads" else [ref[theirs]]
+            out[c] = _rel_err([np.asarray(x).reshape(np.shape(y)) for x, y in
+                               zip(got, want, strict=True)], want)
+    return out
+
+
+def run_workload(name: str, quick: bool, repeat: int, target: str, with_plain: bool,
+                 jax: bool) -> list[dict[str, Any]]:
+    """The registry row of `name` and (with_plain) its plain row, timed interleaved."""
+    from bench import plain
+    w = plain.make(name, quick)
+    g = _head(_shape(w))
+    ref = torch_side(w, g)
+    forms = [w] + ([plain.plain(w)] if with_plain else [])
+    sides = [texpr_side(f, g, target) for f in forms]
+    jx = _jax(w, g, jax)
+    rows = [{"name": f.name, "errors": s["errors"], "err": _errors(s, ref)}
+            for f, s in zip(forms, sides, strict=True)]
+    for c in COMPARISONS:
+        mine = [(r, s[c]) for r, s in zip(rows, sides, strict=True) if c in s]
+        if not mine:
+            continue
+        fns = [fn for _, fn in mine] + [ref[c]] + ([jx[c]] if jx else [])
+        times = _paired_times(*fns, repeat=repeat)
+        t_torch = times[len(mine)]
+        t_jax = times[len(mine) + 1] if jx else None
+        for (r, _), t in zip(mine, times, strict=False):
+            r[c] = {"t": t[0], "min": t[1], "torch": t_torch[0], "torch_min": t_torch[1],
+                    "jax": t_jax[0] if t_jax else None}
+    if len(rows) == 2 and "step" in rows[0] and "step" in rows[1]:
+        rows[1]["plain_over_registry"] = rows[1]["step"]["t"] / rows[0]["step"]["t"]
+    return rows
 
 
 def compile_probe(names: Sequence[str], quick: bool, target: str) -> None:
-    """Print one JSON line per workload: seconds to the first result, minus one steady call."""
+    """Print one JSON line per formulation: seconds to the first result, minus one steady call."""
     _set_threads()
-    from bench.workloads import make
+    from bench import plain
+    from bench.vjp import vjp
     import texpr_ad as ta
-    from texpr_ad import te
     for name in names:
-        w = make(name, quick)
-        g = _head(tuple(int(s.value) for s in w.output.shape))
-        t0 = time.perf_counter()
-        fwd = ta.build([w.output], list(w.inputs), target=target)
-        fwd(*w.arrays)
-        t1 = time.perf_counter()
-        fwd(*w.arrays)
-        t2 = time.perf_counter()
-        head = te.placeholder(w.output.shape, w.output.dtype, name="head")
-        grads = ta.grad(w.output, [w.inputs[k] for k in w.float_inputs], head=head)
-        bwd = ta.build(grads, [*w.inputs, head], target=target)
-        bwd(*w.arrays, g)
-        t3 = time.perf_counter()
-        bwd(*w.arrays, g)
-        t4 = time.perf_counter()
-        print(json.dumps({"name": name, "fwd": (t1 - t0) - (t2 - t1), "bwd": (t3 - t2) - (t4 - t3)}),
-              flush=True)
+        w = plain.make(name, quick)
+        g = _head(_shape(w))
+        out: dict[str, Any] = {"name": name}
+        try:
+            t0 = time.perf_counter()
+            k = ta.build([w.output], list(w.inputs), target=target)
+            k(*w.arrays)
+            t1 = time.perf_counter()
+            k(*w.arrays)
+            out["fwd"] = (t1 - t0) - (time.perf_counter() - t1)
+            t0 = time.perf_counter()
+            fwd, bwd = vjp([w.output], list(w.inputs), target)
+            bwd(fwd(*w.arrays)[1], g)
+            t1 = time.perf_counter()
+            bwd(fwd(*w.arrays)[1], g)
+            out["step"] = (t1 - t0) - (time.perf_counter() - t1)
+        except Exception as e:  # noqa: BLE001 - the timing table reports the error
+            out["error"] = _short(e)
+        print(json.dumps(out), flush=True)
 
 
 def compile_times(names: Sequence[str], quick: bool, target: str) -> dict[str, dict[str, float]]:
-    """{name: {cold_fwd, cold_bwd, warm_fwd, warm_bwd}} from two fresh subprocesses."""
+    """{name: {cold_fwd, cold_step, warm_fwd, warm_step}} from two fresh subprocesses."""
     out: dict[str, dict[str, float]] = {n: {} for n in names}
     with tempfile.TemporaryDirectory(prefix="texpr_bench_cache_") as d:
         env = dict(os.environ, TEXPR_CACHE_DIR=d)
@@ -175,58 +241,88 @@ def compile_times(names: Sequence[str], quick: bool, target: str) -> dict[str, d
             for line in res.stdout.splitlines():
                 if line.startswith("{"):
                     r = json.loads(line)
-                    out[r["name"]][f"{phase}_fwd"] = r["fwd"]
-                    out[r["name"]][f"{phase}_bwd"] = r["bwd"]
+                    for c in ("fwd", "step"):
+                        if c in r:
+                            out[r["name"]][f"{phase}_{c}"] = r[c]
     return out
 
 
 def _ms(t: float | None) -> str:
-    return "-" if t is None else f"{t * 1e3:9.2f}"
+    return f"{'-':>9}" if t is None else f"{t * 1e3:9.2f}"
 
 
 def _ratio(a: float | None, b: float | None) -> str:
-    return "-" if a is None or b is None else f"{a / b:6.2f}"
-
-
-HEADER = (f"{'workload':<18} {'dir':<4} {'texpr ms':>9} {'torch ms':>9} {'ratio':>6} "
-          f"{'(min)':>6} {'max rel err':>11} {'jax ms':>7} {'cold s':>7} {'warm s':>7}")
+    return f"{'-':>6}" if a is None or b is None else f"{a / b:6.2f}"
 
 
 def _sec(t: float | None) -> str:
     return f"{'-':>7}" if t is None else f"{t:7.2f}"
 
 
-def print_row(r: dict[str, Any], comp: dict[str, dict[str, float]], jax: bool) -> None:
-    if "error" in r:
-        print(f"{r['name']:<18} {r['error']}", flush=True)
-        return
-    c = comp.get(r["name"], {})
-    for d in ("fwd", "bwd"):
-        print(f"{r['name'] if d == 'fwd' else '':<18} {d:<4} {_ms(r[d])} {_ms(r[f'torch_{d}'])} "
-              f"{_ratio(r[d], r[f'torch_{d}'])} {_ratio(r[f'{d}_min'], r[f'torch_{d}_min'])} "
-              f"{r[f'{d}_err']:11.1e} "
-              f"{'-' if jax else 'n/a':>7} {_sec(c.get(f'cold_{d}'))} {_sec(c.get(f'warm_{d}'))}")
-    print(f"{'':<18} {'':<4} (torch backward pass alone: {_ms(r['torch_bwd_only']).strip()} ms)",
-          flush=True)
+NAME_W = 24
+HEADER = (f"{'workload':<{NAME_W}} {'':<4} {'texpr ms':>9} {'torch ms':>9} {'ratio':>6} "
+          f"{'(min)':>6} {'max rel err':>11} {'jax ms':>9} {'t/jax':>6} {'cold s':>7} "
+          f"{'warm s':>7}")
+
+
+def print_row(r: dict[str, Any], comp: dict[str, dict[str, float]]) -> None:
+    c_ = comp.get(r["name"], {})
+    for i, c in enumerate(COMPARISONS):
+        label = r["name"] if i == 0 else ""
+        if c not in r:
+            print(f"{label:<{NAME_W}} {c:<4} error: {r['errors'].get(c, 'not measured')[:80]}")
+            continue
+        t = r[c]
+        err = r["err"].get(c)
+        print(f"{label:<{NAME_W}} {c:<4} {_ms(t['t'])} {_ms(t['torch'])} "
+              f"{_ratio(t['t'], t['torch'])} {_ratio(t['min'], t['torch_min'])} "
+              f"{'-' if err is None else f'{err:.1e}':>11} {_ms(t['jax'])} "
+              f"{_ratio(t['t'], t['jax'])} {_sec(c_.get(f'cold_{c}'))} "
+              f"{_sec(c_.get(f'warm_{c}'))}")
+    sys.stdout.flush()
+
+
+def _gm(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
 def print_summary(rows: list[dict[str, Any]]) -> None:
-    ok = [r for r in rows if "error" not in r]
-    if not ok:
-        return
-    ratios = {d: [r[d] / r[f"torch_{d}"] for r in ok] for d in ("fwd", "bwd")}
-    allr = ratios["fwd"] + ratios["bwd"]
-
-    def gm(xs: list[float]) -> float:
-        return math.exp(sum(math.log(x) for x in xs) / len(xs))
-
-    worst = max(((r[d] / r[f"torch_{d}"], f"{r['name']} {d}") for r in ok for d in ("fwd", "bwd")))
+    groups = {"registry": [r for r in rows if not r["name"].endswith(":plain")],
+              "plain": [r for r in rows if r["name"].endswith(":plain")]}
     print()
-    print(f"geometric mean texpr/torch: fwd {gm(ratios['fwd']):.2f}, bwd {gm(ratios['bwd']):.2f}, "
-          f"all {gm(allr):.2f}; worst {worst[0]:.2f} ({worst[1]})")
+    print(f"geometric mean texpr/torch {'':<12} " + " ".join(f"{c:>6}" for c in COMPARISONS)
+          + "   worst row of each")
+    for g, rs in groups.items():
+        if not rs:
+            continue
+        cells, worst = [], []
+        for c in COMPARISONS:
+            ratios = [(r[c]["t"] / r[c]["torch"], r["name"]) for r in rs if c in r]
+            cells.append(f"{_gm([x for x, _ in ratios]):6.2f}" if ratios else f"{'-':>6}")
+            if ratios:
+                x, n = max(ratios)
+                worst.append(f"{c} {n} {x:.2f}x")
+        missing = sum(1 for r in rs if any(c not in r for c in COMPARISONS))
+        label = f"{g} ({len(rs) - missing}/{len(rs)} complete)"
+        print(f"  {label:<36} " + " ".join(cells) + "   " + "; ".join(worst))
+    ok = [r for r in rows if r.get("plain_over_registry")]
+    if ok:
+        print("\nplain / registry training-step time, per operator (same interleaved runs):")
+        cells = [f"{r['name'].removesuffix(':plain')} {r['plain_over_registry']:.2f}" for r in ok]
+        for i in range(0, len(cells), 5):
+            print("  " + ", ".join(cells[i:i + 5]))
+        print(f"  geometric mean {_gm([r['plain_over_registry'] for r in ok]):.2f} over "
+              f"{len(ok)} operators")
+    failed = [(r["name"], c, r["errors"][c]) for r in rows for c in COMPARISONS if c not in r]
+    if failed:
+        print("\nnot measured (texpr_ad failed to build or run):")
+        for n, c, e in failed:
+            print(f"  {n} {c}: {e[:160]}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from bench.jax_side import available
+    from bench.vjp import library_has_vjp
     from bench.workloads import WORKLOADS
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", help="comma-separated workload names (default: all)")
@@ -234,28 +330,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--target", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--quick", action="store_true", help="small shapes (smoke test)")
     ap.add_argument("--no-compile", action="store_true", help="skip the cold/warm compile probes")
+    ap.add_argument("--plain", action=argparse.BooleanOptionalAction, default=True,
+                    help="include the plain-te formulations (rows NAME:plain; default: yes)")
+    ap.add_argument("--no-jax", action="store_true", help="do not time JAX even if installed")
     ap.add_argument("--compile-probe", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     names = list(WORKLOADS) if not a.only else [n.strip() for n in a.only.split(",") if n.strip()]
-    bad = [n for n in names if n not in WORKLOADS]
+    bad = [n for n in names if n.removesuffix(":plain") not in WORKLOADS]
     if bad:
         ap.error(f"unknown workload(s) {bad}; choose from {', '.join(WORKLOADS)}")
     if a.compile_probe:
         compile_probe(names, a.quick, a.target)
         return 0
+    names = list(dict.fromkeys(n.removesuffix(":plain") for n in names))
     _set_threads()
-    jax = _jax_available()
+    jax = available() and not a.no_jax
     import torch
     print(f"texpr_ad bench: target={a.target}, threads={THREADS}, repeat={a.repeat}, "
-          f"quick={a.quick}, torch {torch.__version__}, "
-          f"jax {'available (not timed)' if jax else 'not installed (skipped)'}")
-    comp = {} if a.no_compile else compile_times(names, a.quick, a.target)
+          f"quick={a.quick}, torch {torch.__version__}, jax "
+          f"{'timed (XLA_FLAGS=' + os.environ['XLA_FLAGS'] + ')' if jax else 'not timed'}, "
+          f"vjp pair: {'texpr_ad.vjp' if library_has_vjp() else 'bench stand-in (recompute)'}")
+    probe = names + ([n + ":plain" for n in names] if a.plain else [])
+    comp = {} if a.no_compile else compile_times(probe, a.quick, a.target)
     print(HEADER)
     print("-" * len(HEADER), flush=True)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for n in names:
-        rows.append(run_workload(n, a.quick, a.repeat, a.target))
-        print_row(rows[-1], comp, jax)
+        got = run_workload(n, a.quick, a.repeat, a.target, a.plain, jax)
+        for r in got:
+            print_row(r, comp)
+        rows.extend(got)
     print_summary(rows)
     return 0
 
