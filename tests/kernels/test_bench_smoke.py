@@ -9,21 +9,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _bench(tmp_path: Path, *args: str, **env_extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TEXPR_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT), **env_extra)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    return subprocess.run([sys.executable, "-m", "bench", "--quick", "--repeat", "1",
+                           "--no-compile", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
 def test_bench_quick_dense_runs(tmp_path):
-    env = dict(os.environ, TEXPR_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
-    res = subprocess.run([sys.executable, "-m", "bench", "--quick", "--only", "dense",
-                          "--repeat", "1", "--no-compile"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300)
+    res = _bench(tmp_path, "--only", "dense")
     assert res.returncode == 0, res.stderr[-3000:]
-    out = res.stdout
-    assert "dense" in out and "fwd" in out and "bwd" in out and "geometric mean" in out
+    lines = res.stdout.splitlines()
+    for name in ("dense", "dense:plain"):
+        at = next(i for i, line in enumerate(lines) if line.startswith(name + " "))
+        first, step, bwd = (line.split() for line in lines[at:at + 3])
+        assert (first[1], step[0], bwd[0]) == ("fwd", "step", "bwd"), lines[at:at + 3]
+    assert "geometric mean texpr/torch" in res.stdout
+    assert "plain / registry training-step time" in res.stdout
+    assert "error" not in res.stdout
+
+
+def test_bench_no_plain_leaves_out_the_plain_rows(tmp_path):
+    res = _bench(tmp_path, "--only", "reduce_sum", "--no-plain", "--no-jax")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "reduce_sum" in res.stdout and ":plain" not in res.stdout
 
 
 def test_bench_cuda_target_reports_instead_of_crashing(tmp_path):
-    env = dict(os.environ, TEXPR_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    res = subprocess.run([sys.executable, "-m", "bench", "--quick", "--only", "reduce_sum",
-                          "--repeat", "1", "--no-compile", "--target", "cuda"], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=300)
+    res = _bench(tmp_path, "--only", "reduce_sum", "--target", "cuda")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "reduce_sum" in res.stdout
