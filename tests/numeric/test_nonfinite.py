@@ -118,8 +118,23 @@ def test_documented_divergences_from_torch():
 ROWS = [[1.0, nan, 3.0], [-inf, -inf, -inf], [inf, 1.0, inf], [-inf, 1.0, 2.0], [nan, 2.0, inf],
         [0.0, inf, 2.0]]
 
+def _plain_softmax(x, log=False):
+    """softmax / log_softmax written out, its max without stop_gradient (deriv/invariance.py
+    proves the shift cancels, so the max gets no gradient, as in the registry's ops)."""
+    n, c = x.shape
+    k, k2 = te.reduce_axis((0, c), "k"), te.reduce_axis((0, c), "k2")
+    m = te.compute((n,), lambda i: te.max(x[i, k], axis=k), name="m")
+    e = te.compute(x.shape, lambda i, j: te.exp(x[i, j] - m[i]), name="e")
+    s = te.compute((n,), lambda i: te.sum(e[i, k2], axis=k2), name="s")
+    if log:
+        return te.compute(x.shape, lambda i, j: x[i, j] - m[i] - te.log(s[i]), name="y")
+    return te.compute(x.shape, lambda i, j: e[i, j] / s[i], name="y")
+
+
 ROW_OPS = {
     "logsumexp": (lambda x: R.logsumexp(x, 1), lambda x: torch.logsumexp(x, 1)),
+    "plain_softmax": (_plain_softmax, lambda x: torch.softmax(x, 1)),
+    "plain_log_softmax": (lambda x: _plain_softmax(x, True), lambda x: torch.log_softmax(x, 1)),
     "softmax": (lambda x: E.softmax(x, 1), lambda x: torch.softmax(x, 1)),
     "log_softmax": (lambda x: E.log_softmax(x, 1), lambda x: torch.log_softmax(x, 1)),
 }

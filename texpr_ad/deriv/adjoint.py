@@ -23,6 +23,7 @@ from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tens
 from ..te.ops import Op
 from ..te.visit import reads, substitute, transform, walk
 from .collect import collect
+from .invariance import shift_invariant
 from .errors import GradientError
 from .reducers import linearize
 from ..te.simplify import simplify
@@ -283,9 +284,10 @@ def grad(output: Tensor | Sequence[Tensor], inputs: Sequence[Tensor],
     check_tensors(inputs, "inputs")
     order = te.topo_order(outs)
     wrt = {x for x in inputs}
+    inert = shift_invariant(outs, inputs)  # row maxima whose shift cancels: no gradient
     depends: dict[Tensor, bool] = {}
     for t in order:
-        depends[t] = t in wrt or any(depends.get(x, False) for x in t.op.inputs)
+        depends[t] = t in wrt or (t not in inert and any(depends.get(x, False) for x in t.op.inputs))
 
     def wanted(t: Tensor) -> bool:
         return depends.get(t, False) and dt.is_float(t.dtype)
@@ -326,6 +328,8 @@ def grad(output: Tensor | Sequence[Tensor], inputs: Sequence[Tensor],
     merged = iter(te.dag.cse([g for g in result if g is not None]))
     result = [None if g is None else next(merged) for g in result]
     if debug_level() >= 1:
+        for t, why in inert.items():
+            print(f"# {t.name}: {why}")
         for x, g in zip(inputs, result, strict=True):
             print(f"# adjoint of {x.name}:\n{g}" if g is not None else f"# {x.name}: no gradient")
     return result
