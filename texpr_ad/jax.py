@@ -9,7 +9,9 @@ Route: `jax.custom_vjp` whose forward and backward are `jax.pure_callback`s into
 come from the te definition (`CustomOp.define`), so `jax.jit` traces without running kernels.
 Host (CPU) arrays only: on an accelerator backend JAX copies the operands to the host for
 the callback.  Under `jax.vmap` the callback runs once per batch element (`sequential`).
-No residuals yet: the backward recomputes from the saved inputs.  Integer inputs get a zero
+Residuals (`ta.vjp`): under differentiation the forward callback also returns the
+intermediates the backward reads (see `Pullback.explain()`), kept as the rule's residuals with
+the inputs and outputs; the backward callback reads them.  Integer inputs get a zero
 cotangent (None in the custom_vjp rule).  Without `jax_enable_x64`, JAX keeps float64 as
 float32, so the kernels see float32.
 """
@@ -49,8 +51,14 @@ class JaxOp:
         outs = self._f(*xs)
         return outs[0] if len(outs) == 1 else outs
 
-    def _out_specs(self, xs: Sequence[Any]) -> tuple[jax.ShapeDtypeStruct, ...]:
+    def _pullback(self, xs: Sequence[Any]) -> Any:
+        return self.core.pullback([(np.shape(x), np.dtype(x.dtype)) for x in xs])
+
+    def _out_specs(self, xs: Sequence[Any], extra: bool = False) -> tuple[jax.ShapeDtypeStruct, ...]:
+        """Shapes of the outputs (then of the saved intermediates, with `extra`)."""
         _, outs = self.core.define([(np.shape(x), np.dtype(x.dtype)) for x in xs])
+        if extra:
+            outs = outs + self._pullback(xs).extra
         specs = []
         for o in outs:
             s = static_shape(o)
@@ -67,19 +75,34 @@ class JaxOp:
         return jax.pure_callback(host, self._out_specs(xs), *xs, vmap_method="sequential")
 
     def _forward_rule(self, *xs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        return self._forward(*xs), xs
+        """The outputs, and as residuals the inputs, outputs and saved intermediates."""
+        n = len(self._pullback(xs).outputs)
 
-    def _backward_rule(self, xs: tuple[Any, ...], gs: tuple[Any, ...]) -> tuple[Any, ...]:
+        def host(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+            p = self._pullback(arrays)
+            outs, res = p.forward(*map(np.asarray, arrays))
+            return tuple(p.forward_kernel_result(outs, res))
+
+        ys = jax.pure_callback(host, self._out_specs(xs, extra=True), *xs,
+                               vmap_method="sequential")
+        return tuple(ys[:n]), (xs, tuple(ys))
+
+    def _backward_rule(self, saved: tuple[Any, ...], gs: tuple[Any, ...]) -> tuple[Any, ...]:
+        xs, ys = saved
         floats = [_is_float(x) for x in xs]
         specs = tuple(jax.ShapeDtypeStruct(np.shape(x), x.dtype) for x, f in zip(xs, floats) if f)
+        nx, ng = len(xs), len(gs)
 
         def host(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
             arrays = tuple(map(np.asarray, arrays))
-            heads, ins = list(arrays[:len(gs)]), arrays[len(gs):]
-            res = self.core.vjp(heads, *ins)
-            return tuple(r for r, f in zip(res, floats, strict=True) if f)
+            ins, heads, outs = arrays[:nx], arrays[nx:nx + ng], arrays[nx + ng:]
+            p = self._pullback(ins)
+            res = p.residuals(ins, outs[:ng], outs[ng:])
+            got = p.backward(res, *self.core._heads(list(heads), p.outputs))
+            return tuple(np.zeros_like(x) if r is None else r
+                         for r, x, f in zip(got, ins, floats, strict=True) if f)
 
-        grads = iter(jax.pure_callback(host, specs, *gs, *xs, vmap_method="sequential")
+        grads = iter(jax.pure_callback(host, specs, *xs, *gs, *ys, vmap_method="sequential")
                      if specs else ())
         return tuple(next(grads) if f else None for f in floats)
 

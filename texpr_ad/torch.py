@@ -141,7 +141,8 @@ class TorchOp:
         heads = self.core._heads([_host(g, k, f"{self.name} cotangent") for k, g in enumerate(gs)],
                                  p.outputs)
         res = p.backward(p.residuals(arrays, saved[:n], saved[n:]), *heads)
-        return [torch.from_numpy(r) for r, x in zip(res, xs, strict=True) if _is_float(x)]
+        return [torch.zeros_like(x) if r is None else torch.from_numpy(r)  # None: not reached
+                for r, x in zip(res, xs, strict=True) if _is_float(x)]
 
     # -- CUDA (untested without a GPU) ------------------------------------------------------
 

@@ -183,3 +183,20 @@ def test_cuda_tensors_without_a_gpu_are_a_clear_error():
         tt._on_cuda([Stand("cuda")], "op")
     with pytest.raises(tt.TorchOpError, match="all-CPU or all-CUDA"):
         tt._on_cuda([Stand("cuda"), Stand("cpu")], "op")
+
+
+def test_residuals_are_extra_forward_outputs_and_an_unused_input_gets_zeros():
+    op = tt.custom_op(_rms_scale, name=_name("rms_res"))
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    raw = op.forward_op([x, g])
+    assert len(raw) == 2 and raw[1].shape == (3,)  # y, then the saved row sum of squares
+    assert [t.name for t in op._pullback([x, g]).extra] == ["ms_red1"]
+    torch.testing.assert_close(raw[1], (x.detach() ** 2).sum(1))
+    assert torch.autograd.gradcheck(op, (x, g))
+    unused = tt.custom_op(lambda a, b: te.compute(a.shape, lambda i: a[i] * 2.0, name="u"),
+                          name=_name("unused"))
+    a = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(2, dtype=torch.float64, requires_grad=True)
+    ga, gb = torch.autograd.grad(unused(a, b).sum(), [a, b])
+    torch.testing.assert_close(gb, torch.zeros(2, dtype=torch.float64))
