@@ -46,12 +46,14 @@ import numpy as np
 
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, ReduceKind, const
 from ..te.ops import Op
+from ..te.printer import expr_str
 from ..te.simplify import simplify
 from ..te.tensor import Tensor
 from ..te.visit import bounds_depend_on_axes, children, substitute, walk
+from . import normalize
 from .nest import MIN_PARALLEL_CHUNKS, Expander, _const, _reduction_notes, _work, compute_stage
-from .plan import (Accumulate, ComputeStage, Contraction, CpuStagePlan, Plan, ScatterStage,
-                   ScheduleError, Split, Stage)
+from .plan import (Accumulate, ComputeStage, Contraction, CpuStagePlan, Inline, Plan,
+                   ScatterStage, ScheduleError, Split, Stage)
 
 S = TypeVar("S", ComputeStage, ScatterStage)
 _CPU_FIELDS = {f.name for f in fields(CpuStagePlan)}
@@ -85,11 +87,36 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
         elif "parallel" not in ov:
             st = scatter_block(st)
         stages.append(st)
+    stages, dropped = drop_unread(stages, plan)
     stages = row_buffers(join_stages(stages, overrides))
     stages = [hoist(st, overrides.get(st.name, {})) for st in stages]
     outs = {id(t) for t in plan.outputs}
     stages = [workspace(st, outs, overrides.get(st.name, {})) for st in stages]
-    return replace(plan, target="cpu", stages=tuple(stages))
+    return replace(plan, target="cpu", stages=tuple(stages), inlined=plan.inlined + dropped)
+
+
+def drop_unread(stages: list[Stage], plan: Plan) -> tuple[list[Stage], tuple[Inline, ...]]:
+    """Drop the intermediate stages nothing reads any more: padding stages that every reader's
+    im2col gather folded in (`normalize.gather_operand`).  Each is listed as inlined into the
+    stages that read it in the target-neutral plan."""
+    before: dict[int, list[str]] = {}
+    for st in plan.stages:
+        for r in _reads(replace(st, cpu=CpuStagePlan())):
+            before.setdefault(id(r.tensor), []).append(st.name)
+    out: list[Stage] = []
+    dropped: list[Inline] = []
+    for k in range(len(stages) - 1, -1, -1):  # last first: a dropped stage frees its sources
+        st = stages[k]
+        ts = [t for t in st.tensors if t is not None] if isinstance(st, ComputeStage) else [st.tensor]
+        read = {id(r.tensor) for later in out for r in _reads(later)}
+        if isinstance(st, ComputeStage) and not st.is_output and ts \
+                and not any(id(t) in read for t in ts):
+            into = ", ".join(dict.fromkeys(n for t in ts for n in before.get(id(t), [])))
+            dropped.append(Inline(st.name, into or "-", "a padding stage evaluated inside the "
+                                  "im2col gathers of its readers, so no padded copy is stored"))
+            continue
+        out.append(st)
+    return out[::-1], tuple(dropped[::-1])
 
 
 def _cpu(st: S, **kw: Any) -> S:
@@ -282,23 +309,30 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
     body = _single_sum(st)
     if body is None:
         return None, st
+    box = normalize.boxed(body, st.axes)  # dependent windows -> constant hull + guard
+    if box is not None:
+        body = box.body
     src = body.source[0]
     if not (isinstance(src, Call) and src.op is Op.MUL
-            and all(isinstance(a, Read) and a.dtype == body.dtype for a in src.args)):
+            and all(a.dtype == body.dtype for a in src.args)):
         return None, st
     data, red = tuple(st.axes), tuple(body.axis)
     allax = set(data) | set(red)
     if any(not (_is_zero(k.lo) and isinstance(k.extent, Const)) for k in red):
         return None, st
-    plain = [_plain(r, allax) for r in src.args]
+    plain = [isinstance(r, Read) and _plain(r, allax) for r in src.args]
     if plain != [True, False] and plain != [False, True]:
         return None, st
-    a, g = (src.args[0], src.args[1]) if plain[0] else (src.args[1], src.args[0])
-    used = {v for i in g.indices for v in walk(i)}
-    if any(isinstance(v, (Read, Reduce)) for v in used) or any(
-            isinstance(v, IterVar) and v not in allax for v in used):
+    a, other = (src.args[0], src.args[1]) if plain[0] else (src.args[1], src.args[0])
+    # the gathered operand in normal form: a guarded read, padding stages folded in
+    gathered = normalize.gather_operand(other)
+    if gathered is not None and box is not None:
+        gathered = normalize.with_guard(gathered, box.cond)
+    if gathered is None or not normalize.axes_only(gathered, allax):
         return None, st
-    if any(k not in used or k not in a.indices for k in red):
+    g = gathered.read
+    used = {v for i in g.indices for v in walk(i)}
+    if any(k not in used or k not in a.indices for k in red):  # type: ignore[union-attr]
         return None, st
     # the group (data axes of the gather, or K) holding the longest axis of B's contiguous dim
     # goes last: the gather then streams along it on both sides, and the product's operand
@@ -314,17 +348,30 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
     name = f"{st.name}_im2col"
 
     def gather(*new: IterVar) -> Expr:
-        return substitute(g, dict(zip(axes, new, strict=True)))
+        return substitute(gathered.expr, dict(zip(axes, new, strict=True)))
 
     gather.axis_names = [x.name for x in axes]  # type: ignore[attr-defined]
     col = compute(tuple(x.extent for x in axes), gather, name=name)
     col_stage = compute_stage(col.op, name, False, expand, {}, {(id(col.op), 0): col})
-    col_stage = replace(col_stage, notes=(f"materialized: im2col gather of {g.tensor.name} for "
-                                          f"the contraction -> BLAS of stage {st.name}",))
+    why = [f"materialized: im2col gather of {g.tensor.name} for the contraction -> BLAS of "
+           f"stage {st.name}"]
+    if gathered.cond is not None:
+        why.append(f"guarded gather: zero where {expr_str(gathered.cond)} fails (the padding "
+                   f"guard of the read, kept in the gather instead of a padded copy)")
+    if gathered.folded:
+        why.append(f"folded: padding stage {', '.join(gathered.folded)} evaluated in the gather "
+                   f"(no padded copy of {g.tensor.name} is read)")
+    col_stage = replace(col_stage, notes=tuple(why))
     new_src = Call(Op.MUL, (a, col[tuple(axes)]), body.dtype)
     new_body = replace(body, source=(new_src,))
-    return col_stage, replace(st, bodies=(new_body,),
-                              notes=(*st.notes, f"im2col: {g.tensor.name} gathered by {name}"))
+    notes = [f"im2col: {g.tensor.name} gathered by {name}"]
+    if box is not None:
+        hulls = ", ".join(f"{k} in [{lo}, {hi})" for k, lo, hi in box.hulls)
+        notes.insert(0, f"boxed: the windows of {', '.join(k for k, _, _ in box.hulls)} depend on "
+                        f"the output point; summed over their hull ({hulls}) with the windows as "
+                        f"the gather's guard, a contraction again")
+    return col_stage, replace(st, bodies=(new_body,), notes=(*st.notes, *notes),
+                              reduction=_reduction_notes((new_body,), st.axes))
 
 
 def _product(exts: Sequence[Expr]) -> Expr:

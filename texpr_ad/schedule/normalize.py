@@ -1,0 +1,203 @@
+"""Normal forms of a contraction's operands, so that how a user writes an operator does not
+decide whether it reaches the fast path (used by `cpu.im2col`).
+
+A convolution's input is read either through a separate padding stage (the registry's
+`nn.conv2d`) or through a guard in the body (`if_then_else(in_range, X[h + r - 1, ..], 0)`,
+and the gathers of derived adjoints carry the same guards).  Both are one *guarded read*:
+
+    guard(e) = (cond, X[idx])   where e == if_then_else(cond, X[idx], 0)   (cond: True if none)
+
+`gather_operand` returns that form for an operand, with padding-like producers folded in:
+a read `P[j]` of a stage `P[i] = if_then_else(c(i), X[f(i)], 0)` (or `P[i] = X[f(i)]`) is
+`if_then_else(c(j), X[f(j)], 0)`, recursively.  Folding only re-evaluates a select and an
+affine index at each gathered element, which the gather does anyway, and it spares the
+materialized padded copy (see `cpu.drop_unread`).
+
+The adjoint of a convolution wrt its input comes out of the index solver as a sum whose
+window bounds depend on the output point (`r` in `[max(h - 10, 0), min(h + 1, 2) + 1)`):
+the guards became iteration bounds.  `boxed` turns them back into a guard over the constant
+hull of the windows (`r` in `[0, 3)`, guard `max(h - 10, 0) <= r < min(h + 1, 2) + 1`) when
+the hull is at most `BOX_MAX_RATIO` times the widest windows, so the sum is again a
+contraction with a guarded gather (the head convolved with the weight).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, Var, const
+from ..te.interp import NUMPY_IMPL
+from ..te.ops import Op
+from ..te.simplify import simplify
+from ..te.tensor import ComputeOp, PlaceholderOp
+from ..te.visit import bounds_depend_on_axes, substitute, walk
+
+FOLD_DEPTH = 4  # padding-like producers folded into one gather at most (a pad of a pad ...)
+BOX_MAX_RATIO = 2.0  # hull of dependent reduction windows / widest windows, at most (work)
+ENUMERATE_MAX = 1 << 16  # data points enumerated to find a window's hull
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """`if_then_else(cond, read, 0)`; `cond` is None when the read is unconditional.
+    `folded`: names of the padding-like stages substituted to reach `read`."""
+
+    cond: Expr | None
+    read: Read
+    folded: tuple[str, ...] = ()
+
+    @property
+    def expr(self) -> Expr:
+        if self.cond is None:
+            return self.read
+        return Call(Op.SELECT, (self.cond, self.read, const(0.0, self.read.dtype)), self.read.dtype)
+
+
+def _is_zero(e: Expr) -> bool:
+    return isinstance(e, Const) and not isinstance(e.value, bool) and e.value == 0
+
+
+def guard(e: Expr) -> Guarded | None:
+    """`e` as a guarded read (cond free of tensor reads), or None."""
+    match e:
+        case Read():
+            return Guarded(None, e)
+        case Call(op=Op.SELECT, args=(c, Read() as r, z)) if _is_zero(z) and not any(
+                isinstance(x, (Read, Reduce)) for x in walk(c)):
+            return Guarded(c, r)
+    return None
+
+
+def _and(a: Expr | None, b: Expr | None) -> Expr | None:
+    if a is None or b is None:
+        return b if a is None else a
+    return Call(Op.AND, (a, b), "bool")
+
+
+def _producer(r: Read) -> Guarded | None:
+    """The guarded read that defines the element `r` reads, when `r.tensor` is a padding-like
+    stage (one body that is a guarded read of another tensor), else None."""
+    op = r.tensor.op
+    if isinstance(op, PlaceholderOp) or not isinstance(op, ComputeOp) or len(op.body) != 1:
+        return None
+    g = guard(op.body[0])
+    if g is None or g.read.dtype != r.dtype:
+        return None
+    sub: dict = dict(zip(op.axis, r.indices, strict=True))
+    cond = None if g.cond is None else simplify(substitute(g.cond, sub))
+    read = simplify(substitute(g.read, sub))
+    if not isinstance(read, Read):
+        return None
+    return Guarded(cond, read, (op.name,))
+
+
+def gather_operand(e: Expr) -> Guarded | None:
+    """`e` as a guarded read with padding-like producers folded in (see the module docstring)."""
+    g = guard(e)
+    for _ in range(FOLD_DEPTH if g is not None else 0):
+        p = _producer(g.read)  # type: ignore[union-attr]
+        if p is None:
+            break
+        g = Guarded(_and(g.cond, p.cond), p.read, g.folded + p.folded)  # type: ignore[union-attr]
+    return g
+
+
+def with_guard(g: Guarded, cond: Expr) -> Guarded:
+    """`g` read only where `cond` also holds."""
+    return Guarded(_and(cond, g.cond), g.read, g.folded)
+
+
+def axes_only(g: Guarded, allowed: set[IterVar]) -> bool:
+    """True if the guard and the read's indices use only `allowed` axes and no tensor reads."""
+    exprs = [*g.read.indices, *(() if g.cond is None else (g.cond,))]
+    return not any(isinstance(v, (Read, Reduce)) or (isinstance(v, IterVar) and v not in allowed)
+                   for x in exprs for v in walk(x))
+
+
+@dataclass(frozen=True)
+class Boxed:
+    """A sum over the constant hull of its reduction windows: `body` (every axis with constant
+    bounds), `cond` (the original windows, in the new axes) and the hull `(name, lo, hi)` of
+    each widened axis."""
+
+    body: Reduce
+    cond: Expr
+    hulls: tuple[tuple[str, int, int], ...]
+
+
+def _int_eval(e: Expr, env: dict[IterVar, np.ndarray]) -> Any:
+    """Integer expression `e` (no tensor reads) at every enumerated point."""
+    match e:
+        case Const(value=v):
+            return np.int64(v)
+        case IterVar():
+            return env[e]
+        case Call(op=Op.CAST, args=(x,)):
+            return _int_eval(x, env)
+        case Call(op=op, args=args) if op in NUMPY_IMPL:
+            return NUMPY_IMPL[op](*[_int_eval(x, env) for x in args])
+    raise TypeError(f"cannot enumerate `{e}`")
+
+
+def _window(k: IterVar, data: Sequence[IterVar]) -> tuple[int, int, int] | None:
+    """(hull lo, hull hi, widest window) of reduction axis `k` over the static data axes its
+    bounds use, by enumeration; None if they use anything else or too many points."""
+    used = [v for e in (k.lo, k.extent) for v in walk(e) if isinstance(v, (IterVar, Var, Read))]
+    dep = [a for a in data if a in used]
+    if any(v not in dep for v in used) or not dep:
+        return None  # another reduction axis (a triangle), a symbolic dim or a tensor value
+    if not all(isinstance(a.lo, Const) and isinstance(a.extent, Const) for a in dep):
+        return None
+    exts = [int(a.extent.value) for a in dep]  # type: ignore[attr-defined]
+    if math.prod(exts) > ENUMERATE_MAX:
+        return None
+    grids = np.meshgrid(*[np.arange(int(a.lo.value), int(a.lo.value) + n)  # type: ignore[attr-defined]
+                          for a, n in zip(dep, exts, strict=True)], indexing="ij")
+    env = {a: g.ravel() for a, g in zip(dep, grids, strict=True)}
+    try:
+        lo = np.broadcast_to(_int_eval(k.lo, env), (math.prod(exts),))
+        n = np.broadcast_to(_int_eval(k.extent, env), lo.shape)
+    except TypeError:
+        return None
+    live = n > 0
+    if not live.any():
+        return None
+    return int(lo[live].min()), int((lo + n)[live].max()), int(n.max())
+
+
+def boxed(body: Reduce, data: Sequence[IterVar]) -> Boxed | None:
+    """`body` summed over the constant hull of its windows, or None: no dependent bounds, a
+    window enumeration cannot bound, or a hull over BOX_MAX_RATIO times the widest windows."""
+    if not any(bounds_depend_on_axes(k) for k in body.axis):
+        return None
+    sub: dict[Expr, Expr] = {}
+    conds: list[Expr] = []
+    hulls: list[tuple[str, int, int]] = []
+    axes: list[IterVar] = []
+    ratio = 1.0
+    for k in body.axis:
+        if not bounds_depend_on_axes(k):
+            axes.append(k)
+            continue
+        w = _window(k, data)
+        if w is None:
+            return None
+        lo, hi, widest = w
+        ratio *= (hi - lo) / widest
+        new = IterVar(k.name, const(0), const(hi - lo), k.kind)
+        at = new + lo if lo else new
+        sub[k] = at
+        conds += [at >= k.lo, at < k.lo + k.extent]
+        hulls.append((k.name, lo, hi))
+        axes.append(new)
+    if ratio > BOX_MAX_RATIO:
+        return None
+    cond = conds[0]
+    for c in conds[1:]:
+        cond = Call(Op.AND, (cond, c), "bool")
+    new_body = Reduce(body.combiner, tuple(substitute(x, sub) for x in body.source), tuple(axes),
+                      substitute(body.condition, sub), body.value_index, body.dtype, body.init)
+    return Boxed(new_body, simplify(cond), tuple(hulls))
