@@ -286,25 +286,30 @@ def _gm(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
-def print_summary(rows: list[dict[str, Any]]) -> None:
-    groups = {"registry": [r for r in rows if not r["name"].endswith(":plain")],
-              "plain": [r for r in rows if r["name"].endswith(":plain")]}
-    print()
-    print(f"geometric mean texpr/torch {'':<12} " + " ".join(f"{c:>6}" for c in COMPARISONS)
+def _geomean_table(groups: dict[str, list[dict[str, Any]]], ref: str) -> None:
+    """One line per group: geomean texpr/`ref` per comparison, and the worst row of each."""
+    print(f"\n{'geometric mean texpr/' + ref:<38} " + " ".join(f"{c:>6}" for c in COMPARISONS)
           + "   worst row of each")
     for g, rs in groups.items():
-        if not rs:
-            continue
         cells, worst = [], []
         for c in COMPARISONS:
-            ratios = [(r[c]["t"] / r[c]["torch"], r["name"]) for r in rs if c in r]
+            ratios = [(r[c]["t"] / r[c][ref], r["name"]) for r in rs if c in r and r[c][ref]]
             cells.append(f"{_gm([x for x, _ in ratios]):6.2f}" if ratios else f"{'-':>6}")
             if ratios:
                 x, n = max(ratios)
                 worst.append(f"{c} {n} {x:.2f}x")
-        missing = sum(1 for r in rs if any(c not in r for c in COMPARISONS))
-        label = f"{g} ({len(rs) - missing}/{len(rs)} complete)"
+        done = sum(1 for r in rs if all(c in r and r[c][ref] for c in COMPARISONS))
+        label = f"{g} ({done}/{len(rs)} complete)"
         print(f"  {label:<36} " + " ".join(cells) + "   " + "; ".join(worst))
+
+
+def print_summary(rows: list[dict[str, Any]]) -> None:
+    parts = {"registry": [r for r in rows if not r["name"].endswith(":plain")],
+             "plain": [r for r in rows if r["name"].endswith(":plain")]}
+    groups = {g: rs for g, rs in parts.items() if rs}
+    _geomean_table(groups, "torch")
+    if any(r[c]["jax"] for r in rows for c in COMPARISONS if c in r):
+        _geomean_table(groups, "jax")
     ok = [r for r in rows if r.get("plain_over_registry")]
     if ok:
         print("\nplain / registry training-step time, per operator (same interleaved runs):")
