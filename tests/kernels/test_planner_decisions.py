@@ -285,3 +285,19 @@ def test_reshape_unflattening_splits_the_inner_loop_and_stays_right():
     assert "//" not in k.source and "%" not in k.source  # x[i0, i2_hi, i1, i2_lo]
     xs = np.arange(4 * 6 * 3 * 8, dtype=np.float32).reshape(4, 6, 3, 8)
     np.testing.assert_array_equal(k(xs)[0], xs.transpose(0, 2, 1, 3).reshape(4, 3, 48))
+
+
+def test_a_value_read_through_a_split_axis_is_not_hoisted_above_its_loop():
+    # dx[n, c, y, x] = g[n, c, y // 2, x // 2]: x splits into (x_hi, x_lo), and the read
+    # g[..., x_hi] varies with x_hi, so it must stay inside that loop (it was hoisted above it,
+    # and the kernel failed to compile with Numba's NotDefinedError)
+    g = te.placeholder((2, 4, 8, 8), "float32", name="g")
+    s = te.compute(g.shape, lambda n, c, y, x: g[n, c, y, x] * 0.25, name="s")
+    dx = te.compute((2, 4, 16, 16), lambda n, c, y, x: s[n, c, y // 2, x // 2], name="dx")
+    k = ta.build([dx], [g], plan_overrides={"s": {"inline": False}})
+    st = k.plan.stage("dx")
+    assert st.cpu.split is not None, str(k.plan)
+    assert not any("x_hi" in str(h) for h in st.cpu.hoisted), str(k.plan)
+    ga = np.random.default_rng(0).standard_normal((2, 4, 8, 8)).astype(np.float32)
+    want = np.repeat(np.repeat(ga * np.float32(0.25), 2, axis=2), 2, axis=3)
+    np.testing.assert_array_equal(k(ga)[0], want)

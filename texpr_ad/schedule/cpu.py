@@ -605,7 +605,10 @@ def hoist(st: Stage, ov: Mapping[str, Any]) -> Stage:
     serial = st.order[st.fused:] if st.parallel and st.fused else st.order
     if not (serial or any(isinstance(x, Reduce) for b in st.bodies for x in walk(b))):
         return st
-    found = tuple(_invariant_exprs(st.bodies, set(serial)))
+    inner = set(serial)
+    if c.split is not None:  # the bodies index the split axis through its two loop axes
+        inner |= {c.split.hi, c.split.lo}
+    found = tuple(_invariant_exprs(st.bodies, inner))
     recips = tuple(_f32_divisors(st.bodies, set(found))) if ov.get("reciprocal", True) else ()
     return _cpu(st, hoisted=found, reciprocals=recips)
 
