@@ -1,9 +1,10 @@
 """The fixed float32 benchmark workloads, each built from the texpr_ad operator library.
 
 A `Workload` holds the te graph (placeholders, the forward output), the NumPy
-inputs and a PyTorch function of the same inputs.  `backward` is the adjoint
-kernel with respect to every float input, given a head of the output's shape.
-`quick=True` gives small shapes for smoke tests.
+inputs and a PyTorch function of the same inputs; the bench differentiates with
+respect to every float input (`float_inputs`).  bench/plain.py rewrites each
+graph in plain `te` on the same arrays and reference.  `quick=True` gives small
+shapes for smoke tests.
 """
 from __future__ import annotations
 
