@@ -272,8 +272,11 @@ def test_im2col_streams_along_the_contiguous_axis():
     y = nn.conv2d(x, w, stride=1, padding=1)
     plan = plan_kernel([y], [x, w])
     col = next(s for s in plan.stages if s.name.endswith("_im2col"))
-    assert [a.name for a in col.axes][-3:] == ["n", "y", "x"], str(plan)  # K rows, pixel columns
+    # per batch entry n: K rows, pixel columns (the product with w writes y[n] in place)
+    assert [a.name for a in col.axes] == ["n", "rc", "ry", "rx", "y", "x"], str(plan)
     assert col.order[-1].name == "x"
+    c = plan.stage("conv2d").cpu.contraction
+    assert c.shared == "a" and c.a is w and c.out_perm is None, str(plan)
 
 
 def test_reshape_unflattening_splits_the_inner_loop_and_stays_right():

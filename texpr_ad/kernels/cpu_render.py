@@ -234,12 +234,17 @@ class CPURender(_Render):
         bs, ms, ks, ns = (top(self.expr(x, {})) for x in c.sizes)
         self.emit(1, "with objmode():")
         ops = []
-        for t, perm, shp in ((c.a, c.a_perm, (bs, ms, ks)), (c.b, c.b_perm, (bs, ks, ns))):
-            v = self.names.fresh(f"{st.name}_{'a' if not ops else 'b'}")
+        for t, perm, shp, side in ((c.a, c.a_perm, (bs, ms, ks), "a"),
+                                   (c.b, c.b_perm, (bs, ks, ns), "b")):
+            v = self.names.fresh(f"{st.name}_{side}")
             src = self.tensor(t) if t.ndim else f"{self.tensor(t)}.reshape(())"
             if perm != tuple(range(len(perm))):
                 src = f"{src}.transpose({perm!r})"
-            self.emit(2, f"{v} = {src}.reshape(({', '.join(shp)}))")
+            if c.shared == side:  # one matrix for every batch entry: a zero-stride batch dim
+                src = f"np.broadcast_to({src}.reshape((1, {', '.join(shp[1:])})), ({', '.join(shp)}))"
+                self.emit(2, f"{v} = {src}")
+            else:
+                self.emit(2, f"{v} = {src}.reshape(({', '.join(shp)}))")
             ops.append(v)
         res = self.names.fresh(f"{st.name}_c")
         if c.out_perm is None:

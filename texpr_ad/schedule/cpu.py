@@ -38,6 +38,7 @@
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import fields, replace
 from typing import Any, Iterator, Mapping, Sequence, TypeVar
@@ -60,6 +61,7 @@ _CPU_FIELDS = {f.name for f in fields(CpuStagePlan)}
 
 MIN_BLAS_WORK = 4096  # contractions with fewer multiply-adds stay in loops
 MAX_IM2COL = 1 << 26  # elements of an im2col gather stage (256 MiB of float32) at most
+SHARED_BATCH_MIN_WORK = 1 << 20  # multiply-adds per batch entry of a shared-operand product
 SPLIT_MAX_POINTS = 1 << 16  # split a reduction only if its output has at most this many points
 SPLIT_MIN_WORK = 1 << 15  # ... and it has at least this many iterations
 SPLIT_CHUNKS = 16  # partial results of a split reduction (>= the thread count, for balance)
@@ -341,6 +343,14 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
     last = max(inner, key=lambda v: _const(v.extent) or 0) if inner else None
     cols = [x for x in data if x in used]
     axes = list(red) + cols if last in cols else cols + list(red)
+    # the output's leading axes that only the gather indexes (a convolution's batch) go first
+    # when each of their entries is a large product: `col[n]` is then the operand of one
+    # product per entry whose result is the output's own slice `Y[n]` (see _shared_batch)
+    lead = list(itertools.takewhile(lambda x: x in cols and x not in a.indices, data))  # type: ignore[union-attr]
+    inner = [x for x in cols if x not in lead]
+    if lead and inner and _work([x for x in data if x not in lead], ()) * _work(list(red), ()) \
+            >= SHARED_BATCH_MIN_WORK:
+        axes = lead + (list(red) + inner if last in inner else inner + list(red))
     size = _work(axes, ())
     if math.isinf(size) or size > MAX_IM2COL or _work(data, (body,)) < MIN_BLAS_WORK:
         return None, st
@@ -429,22 +439,46 @@ def _contraction(st: ComputeStage) -> Contraction | None:
         return None  # small, or symbolic dims (size unknown until the call): loops
     # A @ B or B @ A: whichever copies the fewest elements into BLAS layout, then the one with
     # more rows (OpenBLAS sgemm runs tall products faster, and the rows are split over threads)
-    return min((_orient(x, y, batch, rest, red, data) for x, y in ((ra, rb), (rb, ra))),
-               key=lambda c: (_copied(c), -(_const(c.sizes[1]) or 0)))
+    cands = [_orient(x, y, batch, rest, red, data) for x, y in ((ra, rb), (rb, ra))]
+    cands += _shared_batch(ra, rb, batch, rest, red, data)
+    return min(cands, key=lambda c: (_copied(c), -(_const(c.sizes[1]) or 0)))
+
+
+def _shared_batch(ra: Read, rb: Read, batch: list[IterVar], rest: list[IterVar],
+                  red: tuple[IterVar, ...], data: tuple[IterVar, ...]) -> list[Contraction]:
+    """Contractions batched over the output's leading axes that only one operand indexes
+    (the image of a convolution after im2col), the other shared by every batch entry, when
+    that gives the output's own order (no permuted copy of the result) and each batch entry
+    is a product of at least SHARED_BATCH_MIN_WORK multiply-adds."""
+    if batch:
+        return []
+    out = []
+    for x, y in ((ra, rb), (rb, ra)):
+        lead = list(itertools.takewhile(lambda a: a in x.indices and a not in y.indices, data))
+        for p in range(1, len(lead) + 1):
+            rest2 = [a for a in rest if a not in lead[:p]]
+            for c in (_orient(y, x, lead[:p], rest2, red, data, shared="a"),
+                      _orient(x, y, lead[:p], rest2, red, data, shared="b")):
+                per = _work([a for a in data if a not in lead[:p]], ()) * _work(list(red), ())
+                if c.out_perm is None and all(_const(z) != 1 for z in c.sizes[1:]) \
+                        and per >= SHARED_BATCH_MIN_WORK:
+                    out.append(c)
+    return out
 
 
 def _orient(ra: Read, rb: Read, batch: list[IterVar], rest: list[IterVar],
-            red: tuple[IterVar, ...], data: tuple[IterVar, ...]) -> Contraction:
-    """The contraction with `ra` as the (batch, M, K) operand and `rb` as (batch, K, N)."""
+            red: tuple[IterVar, ...], data: tuple[IterVar, ...], shared: str = "") -> Contraction:
+    """The contraction with `ra` as the (batch, M, K) operand and `rb` as (batch, K, N);
+    `shared`: the operand ("a" or "b") without the batch axes."""
     m = [a for a in rest if a in ra.indices]
     n = [a for a in rest if a in rb.indices]
-    a_perm = tuple(ra.indices.index(x) for x in (*batch, *m, *red))
-    b_perm = tuple(rb.indices.index(x) for x in (*batch, *red, *n))
+    a_perm = tuple(ra.indices.index(x) for x in (*(() if shared == "a" else batch), *m, *red))
+    b_perm = tuple(rb.indices.index(x) for x in (*(() if shared == "b" else batch), *red, *n))
     natural = (*batch, *m, *n)
     out_perm = None if natural == data else tuple(natural.index(a) for a in data)
     sizes = tuple(_product([a.extent for a in g]) for g in (batch, m, red, n))
     return Contraction(ra.tensor, rb.tensor, a_perm, b_perm, sizes,  # type: ignore[arg-type]
-                       tuple(a.extent for a in natural), out_perm)
+                       tuple(a.extent for a in natural), out_perm, shared)
 
 
 def _copied(c: Contraction) -> float:

@@ -44,7 +44,10 @@ class Contraction:
 
     `a_perm`/`b_perm` permute the operands' dims to (batch, M, K) and (batch, K, N);
     `sizes` are the flattened (batch, M, K, N) extents; `out_perm` (None: identity)
-    permutes the (batch, M, N) result to the output's axis order.
+    permutes the (batch, M, N) result to the output's axis order.  `shared` ("a" or "b";
+    "" for neither) names the operand without batch dims (its perm has none), one matrix
+    multiplied with every batch entry of the other: the output's leading axes are then the
+    batch, so the result needs no permutation.
     """
 
     a: Tensor
@@ -54,11 +57,16 @@ class Contraction:
     sizes: tuple[Expr, Expr, Expr, Expr]
     bmn_shape: tuple[Expr, ...]
     out_perm: tuple[int, ...] | None
+    shared: str = ""
 
     def describe(self) -> str:
         b, m, k, n = (str(x.value) if isinstance(x, Const) else expr_str(x) for x in self.sizes)
-        return (f"contraction -> BLAS: {self.a.name} ({b} x {m} x {k}) @ {self.b.name} "
-                f"({b} x {k} x {n}) as np.matmul")
+        ba, bb = ("1" if self.shared == "a" else b), ("1" if self.shared == "b" else b)
+        shared = (f"; {(self.a if self.shared == 'a' else self.b).name} shared by the {b} batch "
+                  f"entries (the output's leading axes), so the result is not permuted"
+                  if self.shared else "")
+        return (f"contraction -> BLAS: {self.a.name} ({ba} x {m} x {k}) @ {self.b.name} "
+                f"({bb} x {k} x {n}) as np.matmul{shared}")
 
 
 @dataclass(frozen=True)
