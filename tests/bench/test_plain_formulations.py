@@ -17,10 +17,6 @@ from bench.workloads import WORKLOADS  # noqa: E402
 from texpr_ad.testing import rel_error  # noqa: E402
 
 TOL = 1e-4
-# The CPU renderer reads a tensor above the split loop (`ax3_hi`, `k_hi`) that defines its index:
-# Numba's NotDefinedError; the registry formulations fail the same way (HEAD b47a8d8).
-HOIST_BUG = "generated kernel reads a split-loop index before its loop (NotDefinedError)"
-KNOWN_FAILING = {"avg_pool2d": HOIST_BUG, "transpose_reshape": HOIST_BUG}
 
 
 def _torch_ref(w, g: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -35,9 +31,7 @@ def test_every_workload_has_a_plain_formulation():
     assert set(plain.PLAIN) == set(WORKLOADS)
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_FAILING[n], strict=True, raises=RuntimeError))
-    if n in KNOWN_FAILING else n for n in sorted(WORKLOADS)])
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
 def test_plain_matches_torch(name: str):
     w = plain.make(name + plain.SUFFIX, quick=True)
     assert w.name == name + ":plain"
