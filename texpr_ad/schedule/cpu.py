@@ -379,7 +379,9 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
         hulls = ", ".join(f"{k} in [{lo}, {hi})" for k, lo, hi in box.hulls)
         notes.insert(0, f"boxed: the windows of {', '.join(k for k, _, _ in box.hulls)} depend on "
                         f"the output point; summed over their hull ({hulls}) with the windows as "
-                        f"the gather's guard, a contraction again")
+                        f"the gather's guard, a contraction again (a non-finite {a.tensor.name} "  # type: ignore[union-attr]
+                        f"value then meets the guard's zeros: NaN where the windows would skip "
+                        f"it; override blas=False keeps the windows)")
     return col_stage, replace(st, bodies=(new_body,), notes=(*st.notes, *notes),
                               reduction=_reduction_notes((new_body,), st.axes))
 
