@@ -7,14 +7,16 @@ same process:
 
   fwd   texpr_ad's forward kernel (`ta.build`)        vs torch forward under no_grad
   step  `outs, res = fwd(*a); bwd(res, g)` (the vjp   vs `y = f(*ts); torch.autograd.grad(y,
-        pair: forward saving residuals + backward)       diff, g)`
+        pair: forward saving residuals + backward)       diff, g)`, each gradient .contiguous()
   bwd   `bwd(res, g)`, residuals computed once        vs `torch.autograd.grad(y, diff, g,
                                                          retain_graph=True)` on a graph built
                                                          once, each gradient made .contiguous()
 
 The `.contiguous()`: torch returns views for some gradients (stride-0 expands for sums, permuted
 strides for transposes) while texpr_ad writes dense arrays; the backward-alone column compares
-the same work.  The training step is timed as a user writes it, without it.  The vjp pair is
+the same work.  The training step makes them contiguous too: that is what a training step pays,
+since `loss.backward()` accumulates a view gradient into a dense `.grad` of the parameter's
+layout (torch's gradient layout contract).  The vjp pair is
 `texpr_ad.vjp` when the library has it, else bench/vjp.py's stand-in (forward kernel + a
 backward kernel recomputing from the inputs); the header says which.
 
@@ -134,7 +136,7 @@ def torch_side(w: Any, g: np.ndarray) -> dict[str, Any]:
             return w.torch_fn(*ts)
 
     def step() -> Any:
-        return torch.autograd.grad(w.torch_fn(*ts), diff, gt)
+        return [x.contiguous() for x in torch.autograd.grad(w.torch_fn(*ts), diff, gt)]
 
     y = w.torch_fn(*ts)
 
