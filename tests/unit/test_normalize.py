@@ -24,9 +24,10 @@ def test_guard_recognizes_reads_and_zero_else_selects_only():
     g = normalize.guard(_body(te.compute((8,), lambda i: te.if_then_else(i >= 1, x[i - 1], 0.0))))
     assert g is not None and isinstance(g.read, Read) and g.cond is not None
     assert normalize.guard(_body(te.compute((8,), lambda i: x[i]))).cond is None
-    assert normalize.guard(_body(te.compute((8,), lambda i: te.if_then_else(i >= 1, x[i - 1], 1.0)))) is None
-    # a condition on tensor values is not a padding guard
-    assert normalize.guard(_body(te.compute((8,), lambda i: te.if_then_else(x[i] > 0, x[i], 0.0)))) is None
+    one = te.compute((8,), lambda i: te.if_then_else(i >= 1, x[i - 1], 1.0))
+    assert normalize.guard(_body(one)) is None  # pads with 1, not 0
+    by_value = te.compute((8,), lambda i: te.if_then_else(x[i] > 0, x[i], 0.0))
+    assert normalize.guard(_body(by_value)) is None  # a condition on values is not a guard
 
 
 def test_gather_operand_folds_a_pad_of_a_pad():

@@ -109,10 +109,9 @@ def drop_unread(stages: list[Stage], plan: Plan) -> tuple[list[Stage], tuple[Inl
     dropped: list[Inline] = []
     for k in range(len(stages) - 1, -1, -1):  # last first: a dropped stage frees its sources
         st = stages[k]
-        ts = [t for t in st.tensors if t is not None] if isinstance(st, ComputeStage) else [st.tensor]
         read = {id(r.tensor) for later in out for r in _reads(later)}
-        if isinstance(st, ComputeStage) and not st.is_output and ts \
-                and not any(id(t) in read for t in ts):
+        ts = [t for t in st.tensors if t is not None] if isinstance(st, ComputeStage) else []
+        if ts and not st.is_output and not any(id(t) in read for t in ts):
             into = ", ".join(dict.fromkeys(n for t in ts for n in before.get(id(t), [])))
             dropped.append(Inline(st.name, into or "-", "a padding stage evaluated inside the "
                                   "im2col gathers of its readers, so no padded copy is stored"))
@@ -326,6 +325,7 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
     if plain != [True, False] and plain != [False, True]:
         return None, st
     a, other = (src.args[0], src.args[1]) if plain[0] else (src.args[1], src.args[0])
+    assert isinstance(a, Read)
     # the gathered operand in normal form: a guarded read, padding stages folded in
     gathered = normalize.gather_operand(other)
     if gathered is not None and box is not None:
@@ -334,7 +334,7 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
         return None, st
     g = gathered.read
     used = {v for i in g.indices for v in walk(i)}
-    if any(k not in used or k not in a.indices for k in red):  # type: ignore[union-attr]
+    if any(k not in used or k not in a.indices for k in red):
         return None, st
     # the group (data axes of the gather, or K) holding the longest axis of B's contiguous dim
     # goes last: the gather then streams along it on both sides, and the product's operand
@@ -346,7 +346,7 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
     # the output's leading axes that only the gather indexes (a convolution's batch) go first
     # when each of their entries is a large product: `col[n]` is then the operand of one
     # product per entry whose result is the output's own slice `Y[n]` (see _shared_batch)
-    lead = list(itertools.takewhile(lambda x: x in cols and x not in a.indices, data))  # type: ignore[union-attr]
+    lead = list(itertools.takewhile(lambda x: x in cols and x not in a.indices, data))
     inner = [x for x in cols if x not in lead]
     if lead and inner and _work([x for x in data if x not in lead], ()) * _work(list(red), ()) \
             >= SHARED_BATCH_MIN_WORK:
@@ -379,7 +379,7 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
         hulls = ", ".join(f"{k} in [{lo}, {hi})" for k, lo, hi in box.hulls)
         notes.insert(0, f"boxed: the windows of {', '.join(k for k, _, _ in box.hulls)} depend on "
                         f"the output point; summed over their hull ({hulls}) with the windows as "
-                        f"the gather's guard, a contraction again (a non-finite {a.tensor.name} "  # type: ignore[union-attr]
+                        f"the gather's guard, a contraction again (a non-finite {a.tensor.name} "
                         f"value then meets the guard's zeros: NaN where the windows would skip "
                         f"it; override blas=False keeps the windows)")
     return col_stage, replace(st, bodies=(new_body,), notes=(*st.notes, *notes),

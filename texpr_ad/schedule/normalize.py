@@ -154,8 +154,9 @@ def _window(k: IterVar, data: Sequence[IterVar]) -> tuple[int, int, int] | None:
     exts = [int(a.extent.value) for a in dep]  # type: ignore[attr-defined]
     if math.prod(exts) > ENUMERATE_MAX:
         return None
-    grids = np.meshgrid(*[np.arange(int(a.lo.value), int(a.lo.value) + n)  # type: ignore[attr-defined]
-                          for a, n in zip(dep, exts, strict=True)], indexing="ij")
+    starts = [int(a.lo.value) for a in dep]  # type: ignore[attr-defined]
+    grids = np.meshgrid(*[np.arange(lo, lo + n) for lo, n in zip(starts, exts, strict=True)],
+                        indexing="ij")
     env = {a: g.ravel() for a, g in zip(dep, grids, strict=True)}
     try:
         lo = np.broadcast_to(_int_eval(k.lo, env), (math.prod(exts),))
