@@ -17,8 +17,8 @@
                   along the reduction accumulates whole rows (k-i-j order); a reduction
                   with too few output points to parallelize over is split into parallel
                   partial results over its outermost axis, combined afterwards; a long
-                  reduction contiguous in its innermost axis folds into `LANES`
-                  independent accumulators.
+                  reduction contiguous in its innermost axis is vectorized into SIMD lanes
+                  (`lanes`: its sum may regroup; max/min are exact).
 8. join         - consecutive stages with one parallel axis of the same extent run in one
                   `prange` when each reads the earlier ones only at its own parallel index
                   (row-wise chains: softmax, normalizations); an intermediate that only
@@ -66,7 +66,7 @@ SPLIT_MAX_POINTS = 1 << 16  # split a reduction only if its output has at most t
 SPLIT_MIN_WORK = 1 << 15  # ... and it has at least this many iterations
 SPLIT_CHUNKS = 16  # partial results of a split reduction (>= the thread count, for balance)
 SCATTER_BLOCK = 64  # values of a scatter's parallel axis per prange iteration (when it is last)
-LANES = 8  # independent accumulators of a contiguous reduction (breaks the add dependency chain)
+LANES = 8  # float32 SIMD lanes (AVX2) a contiguous reduction is vectorized into (see _lanes)
 WORKSPACE_MIN_BYTES = 1 << 20  # intermediates this large are reused across calls (see step 10)
 
 
@@ -107,9 +107,8 @@ def drop_unread(stages: list[Stage], plan: Plan) -> tuple[list[Stage], tuple[Inl
             before.setdefault(id(r.tensor), []).append(st.name)
     out: list[Stage] = []
     dropped: list[Inline] = []
-    for k in range(len(stages) - 1, -1, -1):  # last first: a dropped stage frees its sources
-        st = stages[k]
-        read = {id(r.tensor) for later in out for r in _reads(later)}
+    read: set[int] = set()  # tensors read by the stages kept so far (the later ones)
+    for st in reversed(stages):  # last first: a dropped stage frees its sources
         ts = [t for t in st.tensors if t is not None] if isinstance(st, ComputeStage) else []
         if ts and not st.is_output and not any(id(t) in read for t in ts):
             into = ", ".join(dict.fromkeys(n for t in ts for n in before.get(id(t), [])))
@@ -117,6 +116,7 @@ def drop_unread(stages: list[Stage], plan: Plan) -> tuple[list[Stage], tuple[Inl
                                   "im2col gathers of its readers, so no padded copy is stored"))
             continue
         out.append(st)
+        read.update(id(r.tensor) for r in _reads(st))
     return out[::-1], tuple(dropped[::-1])
 
 
@@ -269,8 +269,9 @@ def _split_div_mod(st: ComputeStage) -> ComputeStage:
 
 def _lanes(st: ComputeStage) -> int:
     """LANES if the stage has one single-valued sum/max/min reduction whose innermost axis is
-    static, long, and contiguous in some read (unrolled into independent accumulators: max/min
-    give identical results, sums are reassociated within float rounding), else 1."""
+    static, long, and contiguous in some read, else 1.  The kernel then accumulates with
+    vecmath's `radd` (an add LLVM may regroup into SIMD lanes: within float rounding) or
+    `fmaximum`/`fminimum` (exact), about 5x faster than a scalar chain on rows in cache."""
     reds = {r.loop_key for b in st.bodies for r in walk(b) if isinstance(r, Reduce)}
     if len(reds) != 1:
         return 1
