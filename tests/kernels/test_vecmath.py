@@ -8,7 +8,7 @@ from numba import njit
 
 import texpr_ad as ta
 from texpr_ad import te
-from texpr_ad.kernels.vecmath import exp_f32, tanh_f32
+from texpr_ad.kernels.vecmath import exp_f32, fmaximum, fminimum, radd, tanh_f32
 
 
 @njit(error_model="numpy")
@@ -83,3 +83,49 @@ def test_fmax_fmin_propagate_nan_like_numpy():
             for fn, ref in ((fmax, np.maximum), (fmin, np.minimum)):
                 got, want = fn(a, b), ref(a, b)
                 assert (np.isnan(got) and np.isnan(want)) or got == want, (fn, a, b)
+
+
+# -- the lanes reduction steps: radd (reassociable add), fmaximum/fminimum (llvm.maximum) ------
+
+@njit(error_model="numpy")
+def _fold(x):
+    s, hi, lo = np.float32(0.0), np.float32(-np.inf), np.float32(np.inf)
+    for v in x:
+        s, hi, lo = radd(s, v), fmaximum(hi, v), fminimum(lo, v)
+    return s, hi, lo
+
+
+@pytest.mark.parametrize("case", ["finite", "nan", "inf", "-inf", "inf-inf", "zeros"])
+def test_lane_steps_fold_like_numpy(case):
+    x = np.random.default_rng(1).standard_normal(1003).astype(np.float32)
+    specials = {"finite": [], "nan": [(17, np.nan)], "inf": [(5, np.inf)], "-inf": [(900, -np.inf)],
+                "inf-inf": [(3, np.inf), (4, -np.inf)], "zeros": []}
+    for k, v in specials[case]:
+        x[k] = v
+    if case == "zeros":
+        x[:] = -0.0
+    s, hi, lo = _fold(x)
+    np.testing.assert_allclose(s, x.astype(np.float64).sum(), rtol=1e-5, atol=1e-4, equal_nan=True)
+    assert (hi, lo) == (x.max(), x.min()) or (np.isnan(hi) and np.isnan(lo) and np.isnan(x).any())
+
+
+def test_lane_reductions_render_as_vectorizable_steps_and_agree():
+    """Sum/max/min row reductions with lanes accumulate through radd/fmaximum/fminimum (one
+    scalar accumulator; no lane array), and give NumPy's results, NaN rows included."""
+    x = te.placeholder((6, 200), "float32", name="x")
+
+    def row(f, n):
+        k = te.reduce_axis((0, 200), f"k{n}")
+        return te.compute((6,), lambda i: f(x[i, k] * 2.0, axis=k), name=f"y{n}")
+
+    ys = [row(f, n) for n, f in enumerate((te.sum, te.max, te.min))]
+    kern = ta.build(ys, [x])
+    src = kern.source
+    assert all(s in src for s in ("radd(", "fmaximum(", "fminimum(")) and "_lanes" not in src
+    assert all(kern.plan.stage(y.op.name).cpu.lanes > 1 for y in ys)
+    a = np.random.default_rng(2).standard_normal((6, 200)).astype(np.float32)
+    a[1, 7], a[2, 0], a[3, 199] = np.nan, np.inf, -np.inf
+    s, hi, lo = kern(a)
+    np.testing.assert_allclose(s, (2 * a).astype(np.float64).sum(1), rtol=1e-5, equal_nan=True)
+    np.testing.assert_array_equal(hi, (2 * a).max(1))
+    np.testing.assert_array_equal(lo, (2 * a).min(1))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from ..schedule.plan import ComputeStage, ScatterStage
-from ..te.expr import Const, Expr, IterVar, Read, Reduce
+from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind
 from .render import (CHECK_NAME, ERR_NAME, KERNEL_NAME, _describe, _is_placeholder, _is_zero,
                      _np_dtype, _reduce_groups, _Render, loop_entry_checks, stage_unproven, top)
 
@@ -186,45 +186,25 @@ class CPURender(_Render):
 
     def lane_reduction(self, depth: int, groups: list[Reduce], env: dict[Expr, str], stage: str,
                        lanes: int) -> None:
-        """A single-valued reduction whose innermost loop folds into `lanes` accumulators.
+        """A single-valued sum/max/min reduction that LLVM vectorizes into SIMD lanes.
 
-        The accumulators are a small array updated by an inner `for lane in range(lanes)`
-        loop: every lane is its own memory slot, so LLVM vectorizes that loop without
-        reassociating anything (scalar accumulators defeat it once the body holds a call
-        such as exp_f32).  Lanes combine pairwise at the end.
+        One scalar accumulator, stepped by `LANE_STEP` (vecmath.py): a sum's adds are marked
+        reassociable (only those: the body keeps its order), max/min are llvm.maximum/minimum,
+        which vectorize exactly.  An array of lane accumulators stayed scalar code, ~5x slower.
         """
         r = groups[0]
-        comb = r.combiner
-        ident = top(self.expr(comb.identity[0], {}))
-        acc, lane = self.names.fresh(f"{stage}_lanes"), self.names.fresh("lane")
-        self.emit(depth, f"{acc} = np.full({lanes}, {ident}, dtype=np.{r.dtype})")
+        step = LANE_STEP[r.combiner.kind]
+        acc = self.names.fresh(f"{stage}_acc")
+        self.emit(depth, f"{acc} = {top(self.expr(r.combiner.identity[0], {}))}")
         d = depth
-        for ax in r.axis[:-1]:
+        for ax in r.axis:
             self.range_loop(d, ax, env)
             d += 1
-        k = r.axis[-1]
-        lo, ext = int(k.lo.value), int(k.extent.value)  # type: ignore[attr-defined]
-        main = ext - ext % lanes
-        kk = self.names.fresh(f"{self.axis(k)}_u")
-        self.emit(d, f"for {kk} in range({lo}, {lo + main}, {lanes}):")
-        self.emit(d + 1, f"for {lane} in range({lanes}):")
-        slot = f"{acc}[{lane}]"
-        src = self.expr(r.source[0], {**env, k: f"({kk} + {lane})"})
-        self.combine(d + 2, comb, [slot], [src], [slot], stage)
-        if main < ext:
-            self.emit(d, f"for {self.axis(k)} in range({lo + main}, {lo + ext}):")
-            self.combine(d + 1, comb, [f"{acc}[0]"], [self.expr(r.source[0], env)], [f"{acc}[0]"], stage)
-        level = [f"{acc}[{u}]" for u in range(lanes)]
-        while len(level) > 1:  # pairwise: ((a0 + a1) + (a2 + a3)) + ...
-            for p in range(0, len(level), 2):
-                self.combine(depth, comb, [level[p]], [level[p + 1]], [level[p]], stage)
-            level = level[::2]
+        self.emit(d, f"{acc} = {step}({acc}, {top(self.expr(r.source[0], env))})")
         if r.init:
-            self.combine(depth, comb, [self.expr(r.init[0], env)], [level[0]], [level[0]], stage)
-        out = self.names.fresh(f"{stage}_acc")
-        self.emit(depth, f"{out} = {level[0]}")
+            self.combine(depth, r.combiner, [self.expr(r.init[0], env)], [acc], [acc], stage)
         for g in groups:
-            env[g] = out
+            env[g] = acc
 
     def contraction(self, st: ComputeStage) -> None:
         """`np.matmul` on permuted/reshaped views, in object mode (BLAS through NumPy)."""
@@ -360,6 +340,8 @@ def _plain(group: Sequence[ComputeStage | ScatterStage]) -> bool:
 # x / d as (x * (1 / (d k))) * k with k a power of two, decided once per hoisted d: k = 1 unless
 # 1 / d is not a normal float32 (d subnormal: 1 / d overflows, 3e-39 / 1e-39 would be inf;
 # |d| > 2^126: 1 / d is subnormal and loses bits); then d k is normal and the product exact.
+# the accumulation step of a lanes reduction, by kind (vecmath.py)
+LANE_STEP = {ReduceKind.SUM: "radd", ReduceKind.MAX: "fmaximum", ReduceKind.MIN: "fminimum"}
 _RECIP_SCALE = (f"np.float32({2.0 ** 24!r}) if 0 < abs({{d}}) < np.float32({2.0 ** -126!r}) else "
                 f"np.float32({2.0 ** -24!r}) if np.float32({2.0 ** 126!r}) < abs({{d}}) < np.inf "
                 "else np.float32(1.0)")

@@ -56,7 +56,8 @@ class CPURenderer(Renderer):
     target = "cpu"
     header = ("import math", "import numpy as np", "from numba import njit, objmode, prange",
               "from texpr_ad.kernels.numba_cpu import blas_matmul",
-              "from texpr_ad.kernels.vecmath import exp_f32, fmax, fmin, tanh_f32  "
+              "from texpr_ad.kernels.vecmath import exp_f32, fmax, fmaximum, fmin, fminimum, radd, "
+              "tanh_f32  "
               f"# vecmath {_VECMATH}")
     rules = {**EXPR_RULES, **_VEC_RULES}
     helper_decorator = "@njit(cache=True)"

@@ -114,3 +114,41 @@ def fmax(a: float, b: float) -> float:
 def fmin(a: float, b: float) -> float:
     """np.minimum for floats (NaN if either is NaN), as `fmax`."""
     return a if (a <= b or a != a) else b
+
+
+# -- reduction steps that LLVM vectorizes ----------------------------------------------------
+# A loop `acc = acc + f(k)` runs scalar: IEEE addition is not associative, so LLVM may not
+# split the chain into SIMD lanes.  The lanes plan decision (schedule/cpu.py `_lanes`) grants
+# that license for one reduction: `radd` is an fadd marked `reassoc` (only that instruction;
+# the body's arithmetic keeps its order), so the sum regroups within float rounding, as
+# torch's vectorized sums do.  Max and min are exactly associative: `fmaximum`/`fminimum` are
+# llvm.maximum/llvm.minimum (NaN if either is NaN, like np.maximum; -0 < +0), which LLVM
+# vectorizes as reductions with no license at all.  About 5x faster than a scalar chain
+# on rows in cache.
+
+def _binary(emit):  # type: ignore[no-untyped-def]
+    """An intrinsic `f(acc, b)` on floats, in the accumulator's type (b is cast to it),
+    lowered by `emit(builder, acc, b)`."""
+    @intrinsic
+    def op(typingctx, a, b):  # type: ignore[no-untyped-def]
+        if not (isinstance(a, types.Float) and isinstance(b, (types.Float, types.Integer))):
+            return None
+
+        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+            return emit(builder, args[0], context.cast(builder, args[1], sig.args[1], sig.args[0]))
+
+        return a(a, b), codegen
+    return op
+
+
+def _llvm_binary(name: str):  # type: ignore[no-untyped-def]
+    def emit(builder, a, b):  # type: ignore[no-untyped-def]
+        from llvmlite import ir
+        fn = builder.module.declare_intrinsic(name, [a.type], ir.FunctionType(a.type, [a.type] * 2))
+        return builder.call(fn, [a, b])
+    return emit
+
+
+radd = _binary(lambda builder, a, b: builder.fadd(a, b, flags=("reassoc",)))  # a + b, regroupable
+fmaximum = _binary(_llvm_binary("llvm.maximum"))  # max(a, b), NaN if either is NaN
+fminimum = _binary(_llvm_binary("llvm.minimum"))  # min(a, b), NaN if either is NaN

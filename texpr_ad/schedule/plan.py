@@ -138,8 +138,8 @@ class CpuStagePlan:
     """The CPU refine step's decisions for one stage (None fields: not taken).
 
     Compute stages: `contraction` (a BLAS matrix product), `accumulate` (row
-    accumulation / split partial sums), `lanes` (the innermost reduction loop folds into
-    this many accumulators), `join` (runs inside the previous stage's prange), `row_buffer`
+    accumulation / split partial sums), `lanes` (> 1: the reduction's accumulation may
+    regroup into SIMD lanes), `join` (runs inside the previous stage's prange), `row_buffer`
     (an intermediate that only later stages of its joined prange read, at the shared
     parallel index: a buffer per parallel iteration without that dim, which stays in cache),
     `split` (the innermost loop axis runs as two loops, axis = factor * hi + lo, as the
@@ -325,8 +325,9 @@ def _cpu_lines(c: CpuStagePlan) -> list[str]:
         out.append("  row buffer: only later stages of this prange read it, at the same "
                    "parallel index, so each iteration keeps its slice in a small buffer")
     if c.lanes > 1:
-        out.append(f"  lanes: the innermost reduction loop folds into {c.lanes} "
-                   f"independent accumulators, combined pairwise at the end")
+        out.append(f"  lanes: the reduction accumulates with a reassociable add (max/min: "
+                   f"llvm.maximum/minimum, exact), which LLVM vectorizes into SIMD lanes "
+                   f"(sums regroup within float rounding)")
     if c.hoisted:
         out.append(f"  hoisted: {'; '.join(expr_str(e) for e in c.hoisted)} (loop-invariant: "
                    f"computed once before the serial loops, which LLVM cannot do past stores)")
