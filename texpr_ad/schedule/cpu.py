@@ -8,7 +8,12 @@
                   A @ B and B @ A the one copying the fewest elements (then with more rows)
                   is taken.  `im2col`: when one operand is read at affine indices (a
                   convolution, its weight gradient), that read is first gathered into its
-                  own stage, laid out to stream along the contiguous axis.
+                  own stage, laid out to stream along the contiguous axis.  The gathered read
+                  is normalized first (normalize.py): a padding guard stays in the gather, a
+                  padding stage is folded into it (and dropped when nothing else reads it),
+                  windows depending on the output point are boxed to their hull.  An output
+                  whose leading axes only the gather indexes (the batch) runs one product per
+                  entry with the other operand shared, writing the output in place.
                   `factor_contraction`: when the other reduction axes have bounds depending
                   on the output point (a convolution's input gradient), the constant axes
                   indexing both operands plainly are summed by a contraction `P` first,
