@@ -70,7 +70,7 @@ class Pullback:
     def forward_kernel(self) -> Any:
         """Inputs -> outputs, then the saved tensors that are not outputs (`extra`)."""
         if self._fwd is None:
-            from .api import build
+            from .kernels import build
             self._fwd = build(self.outputs + self.extra, self.inputs, self.target)
         return self._fwd
 
@@ -78,7 +78,7 @@ class Pullback:
     def backward_kernel(self) -> Any:
         """Read inputs, saved tensors, cotangents -> the live gradients (None if none)."""
         if self._bwd is None and self.grads:
-            from .api import build
+            from .kernels import build
             params = [self.inputs[k] for k in self.input_positions] + self.slots + self.heads
             self._bwd = build(self.grads, params, self.target)
         return self._bwd

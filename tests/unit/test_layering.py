@@ -10,7 +10,7 @@ each is checked against the table below.  A unit is a package folder (`te`, `ker
     deriv, ops, arrays                   adjoints; the operator library; array conversion
     schedule                             plans
     kernels                              rendering, compiling, calling (the only numba user)
-    api, torch, jax, __init__            the public front doors
+    api, pullback, torch, jax, __init__  the public front doors
     testing                              checking helpers: statuses, errors, gradient checks
     relax_bridge                         TVM (the only tvm user)
     report, __main__                     the coverage report and the CLI: may use anything
@@ -37,10 +37,11 @@ ALLOWED: dict[str, set[str]] = {
     "arrays": BASE | {"te"},
     "schedule": BASE | {"te", "deriv"},
     "kernels": BASE | {"te", "schedule", "arrays"},
-    "api": BASE | {"te", "deriv", "schedule", "kernels", "arrays"},
+    "api": BASE | {"te", "deriv", "schedule", "kernels", "arrays", "pullback"},
+    "pullback": BASE | {"te", "deriv", "schedule", "kernels"},
     "torch": BASE | {"te", "deriv", "kernels", "arrays", "api"},
     "jax": BASE | {"te", "deriv", "kernels", "arrays", "api"},
-    "__init__": BASE | {"te", "deriv", "ops", "schedule", "kernels", "arrays", "api"},
+    "__init__": BASE | {"te", "deriv", "ops", "schedule", "kernels", "arrays", "api", "pullback"},
     "testing": BASE | {"te", "deriv", "ops", "schedule", "kernels"},
     "relax_bridge": BASE | {"te", "deriv", "ops", "kernels", "testing"},
     "report": None,  # type: ignore[dict-item]  # anything
