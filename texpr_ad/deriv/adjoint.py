@@ -22,6 +22,7 @@ from ..te.expr import Call, Const, Expr, IterVar, Reduce, const
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tensor
 from ..te.ops import Op
 from ..te.visit import reads, substitute, transform, walk
+from .centered import is_centered_zero
 from .collect import collect
 from .invariance import shift_invariant
 from .errors import GradientError
@@ -115,6 +116,7 @@ class _Builder:
             psub = dict(zip(self.prefix_vars, idx[:npre], strict=True))
             parts = [self._gather(t, psub, idx[npre:], X.dtype) for t in gathers]
             parts += [s[idx] for s in scatters] + ([extra[idx]] if extra is not None else [])
+            parts = [p for p in parts if not _is_zero_const(p)] or parts[:1]  # terms proven zero
             out = parts[0]
             for e in parts[1:]:
                 out = out + e  # type: ignore[operator]
@@ -151,6 +153,8 @@ class _Builder:
             fixed_box = not conds and all(isinstance(a.lo, Const) and isinstance(a.extent, Const)
                                           and a.extent.value > 0 for a in inv.new_axes)
             outer, inner = _factor_out(value, set(inv.new_axes)) if fixed_box else (None, value)
+            if fixed_box and is_centered_zero(inner, tuple(inv.new_axes)):
+                return const(0.0, dtype)  # sum_k c (x - mean_k x) = 0: a variance's mean term
             red = te.sum(inner, axis=list(inv.new_axes), where=_all(conds) if conds else None)
             return red if outer is None else outer * red
         return te.if_then_else(_all(conds), value, const(0.0, dtype)) if conds else value
@@ -206,6 +210,10 @@ def _product(fs: list[Expr]) -> Expr:
     for f in fs[1:]:
         out = out * f  # type: ignore[operator]
     return out
+
+
+def _is_zero_const(e: Expr) -> bool:
+    return isinstance(e, Const) and not isinstance(e.value, bool) and e.value == 0
 
 
 def _is_true(e: Expr) -> bool:
