@@ -196,6 +196,34 @@ def test_rowwise_chain_shares_one_prange():
     np.testing.assert_allclose(ta.build([y], [x])(xs)[0], want, rtol=1e-5, atol=1e-6)
 
 
+
+def test_small_serial_stages_join_the_prange_of_their_group():
+    """batch_norm's per-channel scalars (mean = sum / n, ...) are too small for a prange of
+    their own; they join the channel prange, so one prange covers every statistic of a
+    channel while its data is in cache; alone, a small stage stays serial."""
+    x = te.placeholder((4, 8, 6, 6), "float32", name="x")
+    g, b = te.placeholder((8,), "float32", name="g"), te.placeholder((8,), "float32", name="b")
+    y = ew.batch_norm_train(x, g, b, 1, 1e-5)
+    head = te.placeholder(y.shape, "float32", name="head")
+    grads = ta.grad(y, [x, g, b], head=head)
+    plan = plan_kernel(list(grads), [x, g, b, head])
+    mean = plan.stage("batch_norm_mean")
+    assert mean.cpu.join and mean.parallel and any("joined although small" in n for n in mean.notes)
+    group = [s.name for s in plan.stages if s.cpu.join]
+    assert {"batch_norm_var_red1", "batch_norm_var", "db"} <= set(group)
+    assert plan.stages[0].parallel and not plan.stages[0].cpu.join  # the group's head opens it
+    m = te.placeholder((8,), "float32", name="m")
+    alone = te.compute((8,), lambda c: m[c] * 2.0, name="alone")
+    lone = plan_kernel([alone], [m]).stage("alone")
+    assert not lone.parallel and not lone.cpu.join  # nothing to join: stays serial
+    r = rng()
+    arrs = [r.standard_normal((4, 8, 6, 6)).astype("float32"), r.standard_normal(8).astype("float32"),
+            r.standard_normal(8).astype("float32"), r.standard_normal((4, 8, 6, 6)).astype("float32")]
+    got = ta.build(list(grads), [x, g, b, head])(*arrs)
+    want = te.evaluate(list(grads), {x: arrs[0], g: arrs[1], b: arrs[2], head: arrs[3]})
+    for a, w in zip(got, want):
+        np.testing.assert_allclose(a, w, rtol=2e-4, atol=2e-5)
+
 # -- memory: plain reads inlined, row buffers, workspace --------------------------------------
 
 def _ew_chain(n=64, m=48):

@@ -571,19 +571,33 @@ def _joinable(st: Stage) -> bool:
             and st.cpu.contraction is None and st.cpu.accumulate is None)  # type: ignore[union-attr]
 
 
+def _rides_along(st: Stage) -> bool:
+    """A serial (small) loop-nest stage, which may join a prange but not open one: the
+    per-channel scalars between batch_norm's reductions would otherwise cut the chain."""
+    return (isinstance(st, ComputeStage) and not st.parallel and bool(st.order)
+            and st.cpu.contraction is None and st.cpu.accumulate is None  # type: ignore[union-attr]
+            and st.cpu.split is None)  # type: ignore[union-attr]
+
+
 def join_stages(stages: list[Stage], overrides: Mapping[str, Mapping[str, Any]]) -> list[Stage]:
-    """Mark stages that run inside the previous stage's prange (step 8)."""
+    """Mark stages that run inside the previous stage's prange (step 8); a small serial stage
+    joins too (it becomes one prange iteration's work), so the group goes on after it."""
     out: list[Stage] = []
     rows: dict[int, int] = {}  # tensor id -> dim written at the shared parallel index
     ext: Expr | None = None
     for st in stages:
-        ok = _joinable(st) and not ({"order", "fuse", "parallel"} & set(overrides.get(st.name, {})))
-        if ok and ext is not None and st.order[0].extent.same_as(ext):  # type: ignore[union-attr]
+        pinned = bool({"order", "fuse", "parallel"} & set(overrides.get(st.name, {})))
+        ok = _joinable(st) and not pinned
+        small = not ok and not pinned and ext is not None and _rides_along(st)
+        if (ok or small) and ext is not None and st.order[0].extent.same_as(ext):  # type: ignore[union-attr]
             p = st.order[0]  # type: ignore[union-attr]
             reads = [x for b in st.bodies for x in walk(b)  # type: ignore[union-attr]
                      if isinstance(x, Read) and id(x.tensor) in rows]
             if all(x.indices[rows[id(x.tensor)]] is p for x in reads):
-                st = _cpu(st, join=True)
+                st = _cpu(st, join=True) if ok else _cpu(
+                    st, join=True, parallel=True, fused=1,
+                    notes=(*st.notes, "joined although small: the prange of its group is there"))
+                ok = True
             else:
                 rows, ext = {}, None
         else:
