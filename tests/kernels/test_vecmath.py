@@ -129,3 +129,18 @@ def test_lane_reductions_render_as_vectorizable_steps_and_agree():
     np.testing.assert_allclose(s, (2 * a).astype(np.float64).sum(1), rtol=1e-5, equal_nan=True)
     np.testing.assert_array_equal(hi, (2 * a).max(1))
     np.testing.assert_array_equal(lo, (2 * a).min(1))
+
+
+def test_a_lanes_sum_over_several_axes_nests_its_accumulators():
+    """A sum over (n, h, w) keeps one accumulator per axis (float32 chains of n, h and w terms,
+    not n*h*w): within 3e-7 of float64 over 16384 positive terms (one float32 chain of them
+    is 1.1e-6 off)."""
+    x = te.placeholder((16, 64, 32, 32), "float32", name="x")
+    r = [te.reduce_axis((0, e), f"r{d}") for d, e in ((0, 16), (2, 32), (3, 32))]
+    y = te.compute((64,), lambda c: te.sum(x[r[0], c, r[1], r[2]], axis=r), name="y")
+    kern = ta.build([y], [x])
+    assert kern.plan.stage("y").cpu.lanes > 1 and kern.source.count("y_acc") >= 3
+    a = (1.0 + 0.1 * np.random.default_rng(4).standard_normal((16, 64, 32, 32))).astype(np.float32)
+    (got,) = kern(a)
+    want = a.astype(np.float64).sum((0, 2, 3))
+    assert np.abs(got - want).max() / want.max() < 3e-7

@@ -188,19 +188,25 @@ class CPURender(_Render):
                        lanes: int) -> None:
         """A single-valued sum/max/min reduction that LLVM vectorizes into SIMD lanes.
 
-        One scalar accumulator, stepped by `LANE_STEP` (vecmath.py): a sum's adds are marked
+        Scalar accumulators, stepped by `LANE_STEP` (vecmath.py): a sum's adds are marked
         reassociable (only those: the body keeps its order), max/min are llvm.maximum/minimum,
         which vectorize exactly.  An array of lane accumulators stayed scalar code, ~5x slower.
         """
         r = groups[0]
         step = LANE_STEP[r.combiner.kind]
-        acc = self.names.fresh(f"{stage}_acc")
-        self.emit(depth, f"{acc} = {top(self.expr(r.combiner.identity[0], {}))}")
+        ident = top(self.expr(r.combiner.identity[0], {}))
+        # one accumulator per reduce axis, each folded into the one outside it when its loop
+        # ends: over (n, h, w) a float32 sum adds chains of n, h and w terms, not n*h*w
+        accs = [self.names.fresh(f"{stage}_acc") for _ in r.axis]
         d = depth
-        for ax in r.axis:
+        for k, ax in enumerate(r.axis):
+            self.emit(d, f"{accs[k]} = {ident}")
             self.range_loop(d, ax, env)
             d += 1
-        self.emit(d, f"{acc} = {step}({acc}, {top(self.expr(r.source[0], env))})")
+        self.emit(d, f"{accs[-1]} = {step}({accs[-1]}, {top(self.expr(r.source[0], env))})")
+        for k in range(len(accs) - 1, 0, -1):
+            self.emit(depth + k, f"{accs[k - 1]} = {step}({accs[k - 1]}, {accs[k]})")
+        acc = accs[0]
         if r.init:
             self.combine(depth, r.combiner, [self.expr(r.init[0], env)], [acc], [acc], stage)
         for g in groups:
