@@ -332,3 +332,25 @@ def test_a_value_read_through_a_split_axis_is_not_hoisted_above_its_loop():
     ga = np.random.default_rng(0).standard_normal((2, 4, 8, 8)).astype(np.float32)
     want = np.repeat(np.repeat(ga * np.float32(0.25), 2, axis=2), 2, axis=3)
     np.testing.assert_array_equal(k(ga)[0], want)
+
+
+def test_a_split_full_sum_folds_each_chunk_in_vector_steps():
+    # te.sum over a whole elementwise body (the plain way to write a loss): the split chunks
+    # accumulate in radd-stepped scalars, so the exp/tanh body vectorizes (it was a scalar
+    # accumulation into part[c], 13x slower at 4096x1024)
+    x = te.placeholder((512, 256), "float32", name="x")
+    i, j = te.reduce_axis((0, 512), "i"), te.reduce_axis((0, 256), "j")
+    y = te.compute((), lambda: te.sum(te.tanh(x[i, j]) * te.exp(-x[i, j]), axis=[i, j]), name="y")
+    k = ta.build([y], [x])
+    acc = k.plan.stage("y").cpu.accumulate
+    assert acc is not None and acc.split is not None and acc.vector, str(k.plan)
+    assert "radd(" in k.source
+    xs = np.random.default_rng(0).standard_normal((512, 256)).astype(np.float32)
+    want = float((np.tanh(xs.astype(np.float64)) * np.exp(-xs.astype(np.float64))).sum())
+    assert abs(float(k(xs)[0]) - want) <= 1e-5 * np.abs(np.tanh(xs) * np.exp(-xs)).sum()
+    # a conditioned sum keeps the plain fold
+    c = te.compute((), lambda: te.sum(x[i, j], axis=[i, j], where=x[i, j] > 0), name="c")
+    kc = ta.build([c], [x])
+    accc = kc.plan.stage("c").cpu.accumulate
+    assert accc is None or not accc.vector
+    np.testing.assert_allclose(kc(xs)[0], xs[xs > 0].astype(np.float64).sum(), rtol=1e-5)

@@ -320,8 +320,23 @@ class CPURender(_Render):
         s = self.axis(split)
         lo = self.expr(split.lo, {})
         base = f"{lo} + " if not _is_zero(split.lo) else ""
-        self.emit(depth, f"for {s} in range({base}{c} * {size}, {base}min({c} * {size} + {size}, {n})):")
-        fold(depth + 1, lambda: at, r.axis[1:])
+        chunk_loop = f"for {s} in range({base}{c} * {size}, {base}min({c} * {size} + {size}, {n})):"
+        if acc_plan.vector:  # scalar accumulators per reduce axis, stepped like lanes
+            step = LANE_STEP[comb.kind]
+            accs = [self.names.fresh(f"{st.name}_acc") for _ in r.axis]
+            self.emit(depth, f"{accs[0]} = {ident}")
+            self.emit(depth, chunk_loop)
+            for k, ax in enumerate(r.axis[1:], start=1):
+                self.emit(depth + k, f"{accs[k]} = {ident}")
+                self.range_loop(depth + k, ax, {})
+            inner = depth + len(r.axis)
+            self.emit(inner, f"{accs[-1]} = {step}({accs[-1]}, {top(self.expr(r.source[0], {}))})")
+            for k in range(len(accs) - 1, 0, -1):
+                self.emit(depth + k, f"{accs[k - 1]} = {step}({accs[k - 1]}, {accs[k]})")
+            self.emit(depth, f"{at} = {accs[0]}")
+        else:
+            self.emit(depth, chunk_loop)
+            fold(depth + 1, lambda: at, r.axis[1:])
         # combine the partial results
         depth = 1
         if st.order:

@@ -71,6 +71,7 @@ SPLIT_MAX_POINTS = 1 << 16  # split a reduction only if its output has at most t
 SPLIT_MIN_WORK = 1 << 15  # ... and it has at least this many iterations
 SPLIT_CHUNKS = 16  # partial results of a split reduction (>= the thread count, for balance)
 SCATTER_BLOCK = 64  # values of a scatter's parallel axis per prange iteration (when it is last)
+LANE_KINDS = (ReduceKind.SUM, ReduceKind.MAX, ReduceKind.MIN)  # reducers with a vector step
 LANES = 8  # float32 SIMD lanes (AVX2) a contiguous reduction is vectorized into (see _lanes)
 WORKSPACE_MIN_BYTES = 1 << 20  # intermediates this large are reused across calls (see step 10)
 
@@ -552,7 +553,10 @@ def _accumulate(st: ComputeStage) -> Accumulate | None:
         row = None  # the prange already runs over the row axis
     if row is None and split is None:
         return None
-    return Accumulate(row, split, SPLIT_CHUNKS if split is not None else 0)
+    vector = split is not None and row is None and r.combiner.kind in LANE_KINDS and \
+        r.source[0].dtype in ("float32", "float64") and \
+        isinstance(r.condition, Const) and r.condition.value is True
+    return Accumulate(row, split, SPLIT_CHUNKS if split is not None else 0, vector)
 
 
 def scatter_block(st: ScatterStage) -> ScatterStage:

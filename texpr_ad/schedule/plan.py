@@ -77,12 +77,15 @@ class Accumulate:
     whole row into a local array (k-i-j order), so reads stream along `row`.
     `split`: the reduction axis `split` is cut into `chunks` parallel partial results
     (one per chunk, for every output point), combined afterwards; used when the
-    output is too small to parallelize over.
+    output is too small to parallelize over.  `vector`: a split chunk of a float
+    sum/max/min folds in scalar accumulators stepped like lanes (vecmath's radd,
+    fmaximum, fminimum), so its innermost loop vectorizes.
     """
 
     row: IterVar | None
     split: IterVar | None
     chunks: int
+    vector: bool = False
 
     def describe(self) -> str:
         parts = []
@@ -92,6 +95,9 @@ class Accumulate:
         if self.split is not None:
             parts.append(f"{self.split.name} split into {self.chunks} parallel partial "
                          f"results, combined afterwards")
+        if self.vector:
+            parts.append("each chunk folds in scalar accumulators stepped like lanes (its "
+                         "innermost loop vectorizes; sums within float rounding)")
         return "; ".join(parts)
 
 
