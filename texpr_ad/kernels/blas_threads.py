@@ -3,11 +3,13 @@
 `numba_cpu.blas_matmul` splits a product over `numba.get_num_threads()` Python threads, each a
 BLAS call.  Where BLAS runs its own thread pool as well (OpenBLAS's default: one thread per
 core), the two pools oversubscribe the cores, and OpenBLAS's workers keep spinning after each
-call and take the cores from the Numba loops of the next stage (measured on 2 cores: dense
-512x1024x1024 backward 89 ms instead of 19 ms, conv2d forward 40 ms instead of 22 ms).  So
-`single_threaded()` sets every BLAS library NumPy loaded to one thread around the split calls
-and restores the count it found afterwards: the user's own setting (`OPENBLAS_NUM_THREADS`,
-`threadpoolctl`) is untouched outside texpr_ad's kernels.
+call and take the cores from the Numba loops of the next stage (measured on 2 cores at
+b47a8d8, conv2d 8x64x56x56 3x3 backward: median 53-77 ms in the default environment, 41-61 ms
+with OPENBLAS_NUM_THREADS=1, 32-35 ms with this module; one BLAS call on BLAS's own threads
+instead of the split: 50-63 ms).  So `single_threaded()` sets every BLAS library loaded in the
+process to one thread around texpr_ad's BLAS calls and restores the count it found afterwards:
+the user's own setting (`OPENBLAS_NUM_THREADS`, `threadpoolctl`) holds outside texpr_ad's
+kernels (NumPy calls made by other threads *during* such a stage also run on one thread).
 
 The libraries are found once, through threadpoolctl; each gets a (get, set) pair of thread-count
 functions from `_HANDLES`, by its threadpoolctl `internal_api`:
