@@ -53,10 +53,9 @@ import time
 from typing import Any, Callable, Sequence
 
 THREADS = 2
-# texpr_ad's contraction -> BLAS stages split each product over THREADS Python threads, each a
-# single-threaded OpenBLAS call; OpenBLAS's own worker threads on top of those (and of torch's)
-# thrash a small machine (measured 50x slowdowns), so they are off unless the caller sets this.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# No OPENBLAS_NUM_THREADS here: texpr_ad's BLAS stages hold every BLAS library to one thread
+# during their split calls themselves (kernels/blas_threads.py), so the default environment is
+# what a user gets.
 
 from bench.jax_side import THREAD_FLAGS  # noqa: E402
 
