@@ -79,9 +79,7 @@ class JaxOp:
         n = len(self._pullback(xs).outputs)
 
         def host(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
-            p = self._pullback(arrays)
-            outs, res = p.forward(*map(np.asarray, arrays))
-            return tuple(p.forward_kernel_result(outs, res))
+            return tuple(self._pullback(arrays).forward_kernel(*map(np.asarray, arrays)))
 
         ys = jax.pure_callback(host, self._out_specs(xs, extra=True), *xs,
                                vmap_method="sequential")

@@ -101,13 +101,6 @@ class Pullback:
         n = len(self.outputs)
         return tuple(res[:n]), self.residuals([np.asarray(a) for a in arrays], res[:n], res[n:])
 
-    def forward_kernel_result(self, outs: Sequence[Any], res: Residuals) -> list[Any]:
-        """What the forward kernel returned, rebuilt from `forward`'s results: the outputs,
-        then the `extra` saved tensors (for frontends that pass residuals as arrays)."""
-        n = len(self.input_positions)
-        saved = dict(zip(map(id, self.saved), res.arrays[n:], strict=True))
-        return [*outs, *(saved[id(t)] for t in self.extra)]
-
     def backward(self, res: Residuals, *heads: Any) -> tuple[Any | None, ...]:
         if not isinstance(res, Residuals) or res.owner != id(self):
             raise ResidualsError(f"backward takes the residuals returned by this vjp's forward "

@@ -125,10 +125,8 @@ class TorchOp:
         """The outputs, then the saved intermediates (the pullback's `extra`)."""
         if _on_cuda(xs, self.name):
             return self._cuda_call(xs, None, None)
-        p = self._pullback(xs)
         arrays = [_host(x, k, self.name) for k, x in enumerate(xs)]
-        outs, res = p.forward(*arrays)
-        return [torch.from_numpy(r) for r in p.forward_kernel_result(outs, res)]
+        return [torch.from_numpy(r) for r in self._pullback(xs).forward_kernel(*arrays)]
 
     def _vjp(self, gs: list[torch.Tensor], xs: list[torch.Tensor],
              ys: list[torch.Tensor]) -> list[torch.Tensor]:
