@@ -184,6 +184,29 @@ class CPURender(_Render):
             self.emit(2, f"{self.axis(st.order[0])} = {var}  # stage {st.name}")
             self.loops_and_body(st, 2, st.order[1:])
 
+    def stepped_fold(self, depth: int, r: Reduce, env: dict[Expr, str], stage: str,
+                     first_loop: str | None = None) -> str:
+        """Fold `r`'s source (no init) over its axes in scalar accumulators stepped by
+        `LANE_STEP`, one per reduce axis, each folded into the one outside it when its loop
+        ends: over (n, h, w) a float32 sum adds chains of n, h and w terms, not n*h*w.
+        `first_loop` replaces the outermost axis's loop header (a split chunk's range).
+        Returns the outermost accumulator."""
+        step = LANE_STEP[r.combiner.kind]
+        ident = top(self.expr(r.combiner.identity[0], {}))
+        accs = [self.names.fresh(f"{stage}_acc") for _ in r.axis]
+        d = depth
+        for k, ax in enumerate(r.axis):
+            self.emit(d, f"{accs[k]} = {ident}")
+            if k == 0 and first_loop is not None:
+                self.emit(d, first_loop)
+            else:
+                self.range_loop(d, ax, env)
+            d += 1
+        self.emit(d, f"{accs[-1]} = {step}({accs[-1]}, {top(self.expr(r.source[0], env))})")
+        for k in range(len(accs) - 1, 0, -1):
+            self.emit(depth + k, f"{accs[k - 1]} = {step}({accs[k - 1]}, {accs[k]})")
+        return accs[0]
+
     def lane_reduction(self, depth: int, groups: list[Reduce], env: dict[Expr, str], stage: str,
                        lanes: int) -> None:
         """A single-valued sum/max/min reduction that LLVM vectorizes into SIMD lanes.
@@ -193,20 +216,7 @@ class CPURender(_Render):
         which vectorize exactly.  An array of lane accumulators stayed scalar code, ~5x slower.
         """
         r = groups[0]
-        step = LANE_STEP[r.combiner.kind]
-        ident = top(self.expr(r.combiner.identity[0], {}))
-        # one accumulator per reduce axis, each folded into the one outside it when its loop
-        # ends: over (n, h, w) a float32 sum adds chains of n, h and w terms, not n*h*w
-        accs = [self.names.fresh(f"{stage}_acc") for _ in r.axis]
-        d = depth
-        for k, ax in enumerate(r.axis):
-            self.emit(d, f"{accs[k]} = {ident}")
-            self.range_loop(d, ax, env)
-            d += 1
-        self.emit(d, f"{accs[-1]} = {step}({accs[-1]}, {top(self.expr(r.source[0], env))})")
-        for k in range(len(accs) - 1, 0, -1):
-            self.emit(depth + k, f"{accs[k - 1]} = {step}({accs[k - 1]}, {accs[k]})")
-        acc = accs[0]
+        acc = self.stepped_fold(depth, r, env, stage)
         if r.init:
             self.combine(depth, r.combiner, [self.expr(r.init[0], env)], [acc], [acc], stage)
         for g in groups:
@@ -312,29 +322,18 @@ class CPURender(_Render):
             self.range_loop(depth, a, {})
             depth += 1
         at = f"{part}[{', '.join([c, *idx])}]"
-        if row is not None:
-            self.range_loop(depth, row, {})
-            self.emit(depth + 1, f"{at} = {ident}")
-        else:
-            self.emit(depth, f"{at} = {ident}")
         s = self.axis(split)
         lo = self.expr(split.lo, {})
         base = f"{lo} + " if not _is_zero(split.lo) else ""
         chunk_loop = f"for {s} in range({base}{c} * {size}, {base}min({c} * {size} + {size}, {n})):"
         if acc_plan.vector:  # scalar accumulators per reduce axis, stepped like lanes
-            step = LANE_STEP[comb.kind]
-            accs = [self.names.fresh(f"{st.name}_acc") for _ in r.axis]
-            self.emit(depth, f"{accs[0]} = {ident}")
-            self.emit(depth, chunk_loop)
-            for k, ax in enumerate(r.axis[1:], start=1):
-                self.emit(depth + k, f"{accs[k]} = {ident}")
-                self.range_loop(depth + k, ax, {})
-            inner = depth + len(r.axis)
-            self.emit(inner, f"{accs[-1]} = {step}({accs[-1]}, {top(self.expr(r.source[0], {}))})")
-            for k in range(len(accs) - 1, 0, -1):
-                self.emit(depth + k, f"{accs[k - 1]} = {step}({accs[k - 1]}, {accs[k]})")
-            self.emit(depth, f"{at} = {accs[0]}")
+            self.emit(depth, f"{at} = {self.stepped_fold(depth, r, {}, st.name, chunk_loop)}")
         else:
+            if row is not None:
+                self.range_loop(depth, row, {})
+                self.emit(depth + 1, f"{at} = {ident}")
+            else:
+                self.emit(depth, f"{at} = {ident}")
             self.emit(depth, chunk_loop)
             fold(depth + 1, lambda: at, r.axis[1:])
         # combine the partial results
