@@ -23,10 +23,10 @@ from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tens
 from ..te.ops import Op
 from ..te.visit import reads, substitute, transform, walk
 from .centered import is_centered_zero
-from .collect import collect
+from .collect import Contribution, collect
 from .invariance import shift_invariant
 from .errors import GradientError
-from .reducers import linearize
+from .reducers import ArgExtreme, arg_extreme, attains, linearize
 from ..te.simplify import simplify
 from .solver import invert
 
@@ -39,6 +39,7 @@ class Term:
     unknowns: tuple[IterVar, ...]
     value: Expr
     guards: tuple[Expr, ...]
+    scatter: bool = False  # transpose as a scatter even where the index can be inverted
 
 
 def _all(conds: Sequence[Expr]) -> Expr:
@@ -56,15 +57,44 @@ def _reduction_terms(body: Reduce, Y: Tensor, data: tuple[IterVar, ...], head: E
     """The transpose of the reduction's linearization (`reducers.LINEARIZE`):
 
         dsrc(i, r) += src_scale(dY[i])  where src_guards      dinit(i) += init_scale(dY[i])  where init_guards
+
+    A max/min whose gather would sum over overlapping windows (pooling) goes through its
+    arg-extreme instead (`_arg_extreme_terms`).
     """
     body, lin = linearize(body, Y, data, where)
+    reads = collect(body.source[0], wanted, where)
+    ax = arg_extreme(body, Y, data) if any(_windowed(c, data + body.axis) for c in reads) else None
+    if ax is not None:
+        return _arg_extreme_terms(ax, body, Y[data], reads, data, head)
     out = [(c.read.tensor, Term(c.read.indices, data + body.axis, lin.src_scale(head) * c.coeff,
                                 c.guards + lin.src_guards))
-           for c in collect(body.source[0], wanted, where)]
+           for c in reads]
     if body.init:
         out += [(c.read.tensor, Term(c.read.indices, data, lin.init_scale(head) * c.coeff,
                                      c.guards + lin.init_guards))
                 for c in collect(body.init[0], wanted, where)]
+    return out
+
+
+def _windowed(c: Contribution, unknowns: tuple[IterVar, ...]) -> bool:
+    """Whether the gather of read `c` over `unknowns` sums over several of them per point."""
+    probe = tuple(IterVar(f"j{d}", const(0), s) for d, s in enumerate(c.read.tensor.shape))
+    inv = invert(c.read.indices, unknowns, probe, c.guards)
+    return inv is not None and bool(inv.new_axes)
+
+
+def _arg_extreme_terms(ax: ArgExtreme, body: Reduce, y: Expr, reads: list[Contribution],
+                       data: tuple[IterVar, ...], head: Expr) -> list[tuple[Tensor, Term]]:
+    """One scatter of dY[i] to the unique arg-extreme (no loop over the window), and, for the
+    rare tied outputs, a scatter over their windows that splits it (`reducers.ArgExtreme`)."""
+    pin = lambda e: substitute(e, ax.pin)  # noqa: E731
+    tied = (ax.tied, body.condition, attains(body.source[0], y))
+    out = []
+    for c in reads:
+        out.append((c.read.tensor, Term(tuple(map(pin, c.read.indices)), data, head * pin(c.coeff),
+                                        (ax.unique, *map(pin, c.guards)))))
+        out.append((c.read.tensor, Term(c.read.indices, data + body.axis, ax.share(head) * c.coeff,
+                                        tied + c.guards, scatter=True)))
     return out
 
 
@@ -103,7 +133,7 @@ class _Builder:
         npre = len(self.prefix_vars)
         probe = tuple(IterVar(f"j{d}", const(0), s) for d, s in enumerate(X.shape))
         same = dict(zip(self.prefix_vars, self.prefix_vars, strict=True))
-        gathers = [t for t in terms if self._gather(t, same, probe, X.dtype) is not None]
+        gathers = [t for t in terms if not t.scatter and self._gather(t, same, probe, X.dtype) is not None]
         groups: dict[tuple, list[Term]] = {}  # scatter terms over one domain share a loop nest
         for t in terms:
             if not any(t is g for g in gathers):

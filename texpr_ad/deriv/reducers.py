@@ -10,12 +10,13 @@ custom reducers are not differentiable (an error names them).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
 from .. import te
 from ..te import reduce as tr
-from ..te.expr import Call, Expr, IterVar, Reduce, ReduceKind, Var, const
+from ..te.expr import Call, Const, Expr, IterVar, Reduce, ReduceKind, Var, const
 from ..te.ops import Op
 from ..te.tensor import Tensor
 from ..te.visit import free_vars, substitute
@@ -140,6 +141,63 @@ def _extreme(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Linearizatio
     share: Scale = lambda x: x / cnt  # noqa: E731
     init_guards = (attains(body.init[0], yi),) if body.init else ()
     return Linearization(share, (body.condition, attains(body.source[0], yi)), share, init_guards)
+
+
+@dataclass(frozen=True)
+class ArgExtreme:
+    """max/min through *where* it is attained, for a reverse mode that scatters each output's
+    cotangent to its one arg-extreme instead of gathering over every window a point lies in.
+    The forward keeps one integer per output (a reduction that reads no cotangent, so
+    `schedule/residuals.py` computes it in the forward), over a window of constant size R:
+
+        code[i] = sum_{r : cond, src(i, r) attains Y[i]} (M + lin(r))      0 <= lin(r) < R
+
+    with M = R(R-1)/2 + 1 > the sum of any distinct lin(r), so the tie count is `code // M`, and
+    where it is 1 the arg-extreme is `r = unravel(code - M)`.
+    The convention is `_extreme`'s: ties (rare) still split the cotangent evenly.
+    """
+
+    pin: dict[IterVar, Expr]   # each reduce axis at the unique arg-extreme, from code[i]
+    unique: Expr               # one element attains Y[i]
+    tied: Expr                 # several do
+    share: Scale               # x / (their count)
+
+
+def arg_extreme(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> ArgExtreme | None:
+    """The `ArgExtreme` of a built-in max/min without init over constant-size axes, else None."""
+    if body.combiner.kind not in (_MAX, _MIN) or body.init:
+        return None
+    if not all(isinstance(a.lo, Const) and isinstance(a.extent, Const) and a.extent.value > 0
+               for a in body.axis):
+        return None
+    extents = [int(a.extent.value) for a in body.axis]  # type: ignore[attr-defined]
+    strides = [math.prod(extents[k + 1:]) for k in range(len(extents))]
+    size = math.prod(extents)
+    big = size * (size - 1) // 2 + 1       # M
+    top = (size + 1) * big                 # > any code
+    itype = "int32" if top < 2 ** 31 else "int64" if top < 2 ** 63 else None
+    if itype is None:
+        return None
+    src = body.source[0]
+
+    def code(*i: IterVar) -> Expr:
+        pos: Expr = const(big, itype)
+        for a, st in zip(body.axis, strides, strict=True):
+            off = a if isinstance(a.lo, Const) and a.lo.value == 0 else a - a.lo
+            pos = pos + (off * const(st, a.dtype) if st > 1 else off).astype(itype)
+        hit = te.if_then_else(attains(_sub(src, data, i), Y[i]), pos, const(0, itype))
+        return te.sum(hit, axis=list(body.axis), where=_sub(body.condition, data, i))
+
+    c = te.compute(Y.shape, code, name=f"{Y.name}_argext")[data]
+    at = c - const(big, itype)
+    pin: dict[IterVar, Expr] = {}
+    for k, (a, ext, st) in enumerate(zip(body.axis, extents, strides, strict=True)):
+        q = te.floordiv(at, const(st, itype)) if st > 1 else at
+        q = te.floormod(q, const(ext, itype)) if k > 0 else q
+        pin[a] = a.lo + q.astype(a.dtype)
+    count = te.floordiv(c, const(big, itype)).astype(Y.dtype)
+    two = const(2 * big, itype)
+    return ArgExtreme(pin, (c < two) & (c >= const(big, itype)), c >= two, lambda x: x / count)
 
 
 def _prod(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Linearization:
