@@ -326,6 +326,20 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
             print(f"  {n} {c}: {e[:160]}")
 
 
+def blas_line(torch: Any) -> str:
+    """Which BLAS kernels each side runs (an environment's OPENBLAS_CORETYPE changes ours)."""
+    try:
+        from threadpoolctl import threadpool_info
+        libs = [f"{i['internal_api']} {i.get('version')} ({i.get('architecture')} kernels)"
+                for i in threadpool_info() if i.get("user_api") == "blas"]
+    except ImportError:
+        libs = ["unknown (no threadpoolctl)"]
+    pinned = os.environ.get("OPENBLAS_CORETYPE")
+    return (f"numpy BLAS: {', '.join(libs) or 'none found'}"
+            + (f", pinned by OPENBLAS_CORETYPE={pinned}" if pinned else "")
+            + f"; torch oneDNN: {'on' if torch.backends.mkldnn.is_available() else 'off'}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from bench.jax_side import available
     from bench.vjp import library_has_vjp
@@ -356,6 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"quick={a.quick}, torch {torch.__version__}, jax "
           f"{'timed (XLA_FLAGS=' + os.environ['XLA_FLAGS'] + ')' if jax else 'not timed'}, "
           f"vjp pair: {'texpr_ad.vjp' if library_has_vjp() else 'bench stand-in (recompute)'}")
+    print(blas_line(torch))
     probe = names + ([n + ":plain" for n in names] if a.plain else [])
     comp = {} if a.no_compile else compile_times(probe, a.quick, a.target)
     print(HEADER)
