@@ -87,3 +87,21 @@ def test_non_overlapping_max_keeps_the_gather():
     names = {t.name for t in topo_order([g])}
     assert not any(n.endswith("_argext") for n in names)
     assert not any(isinstance(t.op, ScatterOp) for t in topo_order([g]))
+
+
+def test_padding_written_as_a_guard_is_the_reduction_condition():
+    """`max(select(inside, x, -inf))`, padding as a user writes it, differentiates like the
+    registry's `where=inside`: ties split among real elements only (an all -inf input keeps
+    every window's cotangent), and the arg-extreme path is taken."""
+    a = np.random.default_rng(4).integers(0, 2, (1, 2, 5, 6)).astype("float64")
+    a[0, 1] = -np.inf
+    x = te.placeholder(a.shape, "float64", name="x")
+    r, s = te.reduce_axis((0, 3), "r"), te.reduce_axis((0, 3), "s")
+
+    def body(b, f, y, z):
+        iy, ix = y * 2 + r - 1, z * 2 + s - 1
+        inside = te.all(iy >= 0, iy < 5, ix >= 0, ix < 6)
+        return te.max(te.if_then_else(inside, x[b, f, iy, ix], float("-inf")), axis=[r, s])
+
+    y = te.compute((1, 2, 3, 3), body, name="guarded_pool")
+    _check(y, x, a, lambda h: split_ties_grad(a, (3, 3), (2, 2), (1, 1), h))

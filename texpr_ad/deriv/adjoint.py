@@ -85,14 +85,17 @@ def _windowed(c: Contribution, unknowns: tuple[IterVar, ...]) -> bool:
 
 def _arg_extreme_terms(ax: ArgExtreme, body: Reduce, y: Expr, reads: list[Contribution],
                        data: tuple[IterVar, ...], head: Expr) -> list[tuple[Tensor, Term]]:
-    """One scatter of dY[i] to the unique arg-extreme (no loop over the window), and, for the
-    rare tied outputs, a scatter over their windows that splits it (`reducers.ArgExtreme`)."""
+    """dY[i] scattered to the unique arg-extreme, and for the rare tied outputs split over the
+    window (`reducers.ArgExtreme`): both in one scatter stage over (i, r), the first update at
+    the window's first point only, so the stage fills one buffer and needs no summing pass."""
     pin = lambda e: substitute(e, ax.pin)  # noqa: E731
+    first = tuple(a.eq(a.lo) for a in body.axis)
     tied = (ax.tied, body.condition, attains(body.source[0], y))
     out = []
     for c in reads:
-        out.append((c.read.tensor, Term(tuple(map(pin, c.read.indices)), data, head * pin(c.coeff),
-                                        (ax.unique, *map(pin, c.guards)))))
+        out.append((c.read.tensor, Term(tuple(map(pin, c.read.indices)), data + body.axis,
+                                        head * pin(c.coeff), (*first, ax.unique, *map(pin, c.guards)),
+                                        scatter=True)))
         out.append((c.read.tensor, Term(c.read.indices, data + body.axis, ax.share(head) * c.coeff,
                                         tied + c.guards, scatter=True)))
     return out

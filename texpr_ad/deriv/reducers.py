@@ -54,14 +54,36 @@ def as_builtin(body: Reduce) -> Reduce | None:
     """`body` as a single-source built-in reduction, or None when it is not one."""
     comb = body.combiner
     if comb.kind in _BUILTIN:
-        return body
+        return _guard_as_condition(body)
     k = body.value_index
     kind = classify(comb.result[k], comb.lhs[k], comb.rhs[k])
     if kind is None:
         return None
     builtin = _BUILTIN[kind].make([body.dtype])
     init = (body.init[k],) if body.init else ()
-    return Reduce(builtin, (body.source[k],), body.axis, body.condition, 0, body.dtype, init)
+    return _guard_as_condition(Reduce(builtin, (body.source[k],), body.axis, body.condition, 0,
+                                      body.dtype, init))
+
+
+# the value a max/min element takes where a guard masks it out: the reduction's identity
+_IDENTITY: dict[ReduceKind, Callable[[str], Expr]] = {_MAX: tr.min_value, _MIN: tr.max_value}
+
+
+def _guard_as_condition(body: Reduce) -> Reduce:
+    """`max_r select(c, v, -inf)` (padding written as a guard in the body) is `max_{r : c} v`:
+    the guard joins the reduction's condition, so masked elements are not counted as attaining
+    the extreme (a window of -inf keeps its whole cotangent, as with `where=`) and the
+    arg-extreme code skips them.  Values are unchanged; likewise min with +inf."""
+    ident = _IDENTITY.get(body.combiner.kind)
+    match body.source[0]:
+        case Call(op=Op.SELECT, args=(c, v, Const() as f)) if ident and f.same_as(ident(body.dtype)):
+            cond = c if _is_true(body.condition) else body.condition & c
+            return Reduce(body.combiner, (v,), body.axis, cond, 0, body.dtype, body.init)
+    return body
+
+
+def _is_true(e: Expr) -> bool:
+    return isinstance(e, Const) and e.value is True
 
 
 def builtin_or_raise(body: Reduce, where: str) -> Reduce:
