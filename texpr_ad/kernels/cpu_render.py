@@ -165,7 +165,14 @@ class CPURender(_Render):
 
     # -- CPU-only plan features ----------------------------------------------------------------
     def joined(self, group: list[ComputeStage]) -> None:
-        """Stages sharing one prange over their (equal) first parallel axis, in order."""
+        """Stages sharing one prange over their (equal) first parallel axis, in order; split
+        reductions share their chunk prange and loops."""
+        if group[0].cpu.accumulate is not None:  # type: ignore[union-attr]
+            for st in group:
+                self.emit(1, f"# stage {st.name}: {_describe(st)}")
+                self.allocate(1, st, st.axes)
+            self.split_partials(group)
+            return
         for st in group:
             self.scope = st.name
             self.emit(1, f"# stage {st.name}: {_describe(st)}")
@@ -257,98 +264,124 @@ class CPURender(_Render):
         """Row accumulation (reduction loops outside the row axis) and/or split partial results."""
         acc_plan = st.cpu.accumulate  # type: ignore[union-attr]
         assert acc_plan is not None
-        red = _reduce_groups(st.bodies)[0]
-        r = red[0]
-        comb = r.combiner
+        if acc_plan.split is not None:
+            self.split_partials([st])
+            return
+        r = _reduce_groups(st.bodies)[0][0]
+        row = acc_plan.row
+        assert row is not None
         dtype = r.dtype if r.dtype != "bool" else "bool_"
-        ident = top(self.expr(comb.identity[0], {}))
-        row, split = acc_plan.row, acc_plan.split
+        ident = top(self.expr(r.combiner.identity[0], {}))
         idx = [self.axis(a) for a in st.axes]
         outer = [a for a in st.order if a is not row]
+        # row accumulation in a local array, prange over the outer axes
+        depth, serial = 1, outer
+        if st.parallel and st.fused:
+            depth = self.parallel_nest(depth, st.order[: st.fused], st.name)
+            serial = outer[st.fused:]
+        for a in serial:
+            self.range_loop(depth, a, {})
+            depth += 1
+        acc = self.names.fresh(f"{st.name}_row")
+        self.emit(depth, f"{acc} = np.empty({top(self.expr(row.extent, {}))}, dtype=np.{dtype})")
+        self.range_loop(depth, row, {})
+        self.emit(depth + 1, f"{acc}[{self.axis(row)}] = {ident}")
+        self.fold(depth, [(st, lambda: f"{acc}[{self.axis(row)}]")], r.axis, row)
+        self.range_loop(depth, row, {})
+        v = self.names.fresh(f"{st.name}_acc")
+        self.emit(depth + 1, f"{v} = {acc}[{self.axis(row)}]")
+        self.finish(depth + 1, st, idx, v)
 
-        def fold(depth: int, acc_at: Callable[[], str], axes: Sequence[IterVar]) -> None:
-            """acc = combine(acc, source) over `axes` (then the row axis, if any, innermost)."""
-            d = depth
-            for ax in axes:
-                self.range_loop(d, ax, {})
-                d += 1
-            if row is not None:
-                self.range_loop(d, row, {})
-                d += 1
+    def fold(self, depth: int, stages: Sequence[tuple[ComputeStage, Callable[[], str]]],
+             axes: Sequence[IterVar], row: IterVar | None) -> None:
+        """acc = combine(acc, source) of each stage (with its accumulator) over `axes`, then the
+        row axis, if any, innermost; the stages share these loops (cpu_shared_loops.py)."""
+        d = depth
+        for ax in axes:
+            self.range_loop(d, ax, {})
+            d += 1
+        if row is not None:
+            self.range_loop(d, row, {})
+            d += 1
+        for st, acc_at in stages:
+            r = _reduce_groups(st.bodies)[0][0]
+            dc = d
             if not (isinstance(r.condition, Const) and r.condition.value is True):
                 self.emit(d, f"if {top(self.expr(r.condition, {}))}:")
-                d += 1
+                dc += 1
             a = acc_at()
-            self.combine(d, comb, [a], [self.expr(r.source[0], {})], [a], st.name)
+            self.combine(dc, r.combiner, [a], [self.expr(r.source[0], {})], [a], st.name)
 
-        def finish(depth: int, acc: str) -> None:
-            """Apply init and store every body with the reduction replaced by `acc`."""
-            if r.init:
-                self.combine(depth, comb, [self.expr(r.init[0], {})], [acc], [acc], st.name)
-            env: dict[Expr, str] = {g: acc for g in red}
-            for t, b in zip(st.tensors, st.bodies, strict=True):
-                if t is not None:
-                    self.emit(depth, f"{self.index(t, idx)} = {top(self.expr(b, env))}")
+    def finish(self, depth: int, st: ComputeStage, idx: list[str], acc: str) -> None:
+        """Apply init and store every body of `st` with its reduction replaced by `acc`."""
+        red = _reduce_groups(st.bodies)[0]
+        r = red[0]
+        if r.init:
+            self.combine(depth, r.combiner, [self.expr(r.init[0], {})], [acc], [acc], st.name)
+        env: dict[Expr, str] = {g: acc for g in red}
+        for t, b in zip(st.tensors, st.bodies, strict=True):
+            if t is not None:
+                self.emit(depth, f"{self.index(t, idx)} = {top(self.expr(b, env))}")
 
-        if split is None:  # row accumulation in a local array, prange over the outer axes
-            depth, serial = 1, outer
-            if st.parallel and st.fused:
-                depth = self.parallel_nest(depth, st.order[: st.fused], st.name)
-                serial = outer[st.fused:]
-            for a in serial:
-                self.range_loop(depth, a, {})
-                depth += 1
-            acc = self.names.fresh(f"{st.name}_row")
-            self.emit(depth, f"{acc} = np.empty({top(self.expr(row.extent, {}))}, dtype=np.{dtype})")  # type: ignore[union-attr]
-            self.range_loop(depth, row, {})  # type: ignore[arg-type]
-            self.emit(depth + 1, f"{acc}[{self.axis(row)}] = {ident}")  # type: ignore[arg-type]
-            fold(depth, lambda: f"{acc}[{self.axis(row)}]", r.axis)  # type: ignore[arg-type]
-            self.range_loop(depth, row, {})  # type: ignore[arg-type]
-            v = self.names.fresh(f"{st.name}_acc")
-            self.emit(depth + 1, f"{v} = {acc}[{self.axis(row)}]")  # type: ignore[arg-type]
-            finish(depth + 1, v)
-            return
-        # split: partial results part[c, *axes], one prange iteration per chunk
+    def split_partials(self, stages: Sequence[ComputeStage]) -> None:
+        """Split reductions: partial results part[c, *axes], one prange iteration per chunk c,
+        then combined.  Several stages share the chunk loops (one pass over the rows) when the
+        planner joined them over the same axes (cpu_shared_loops.py)."""
+        st = stages[0]
+        acc_plan = st.cpu.accumulate  # type: ignore[union-attr]
+        assert acc_plan is not None and acc_plan.split is not None
+        r = _reduce_groups(st.bodies)[0][0]
+        row, split = acc_plan.row, acc_plan.split
+        idx = [self.axis(a) for a in st.axes]
         n = int(split.extent.value)  # type: ignore[attr-defined]
         chunks = acc_plan.chunks
         size = -(-n // chunks)
-        part = self.names.fresh(f"{st.name}_part")
         pshape = [top(self.expr(a.extent, {})) for a in st.axes]
-        self.emit(1, f"{part} = np.empty(({chunks}, {', '.join(pshape)}), dtype=np.{dtype})")
+        parts = []
+        for s_ in stages:
+            rs = _reduce_groups(s_.bodies)[0][0]
+            part = self.names.fresh(f"{s_.name}_part")
+            dtype = rs.dtype if rs.dtype != "bool" else "bool_"
+            self.emit(1, f"{part} = np.empty(({chunks}, {', '.join(pshape)}), dtype=np.{dtype})")
+            parts.append(part)
         c = self.names.fresh(f"{st.name}_c")
         self.parallel_head(1, c, str(chunks))
         depth = 2
         for a in (o for o in st.order if o is not row):
             self.range_loop(depth, a, {})
             depth += 1
-        at = f"{part}[{', '.join([c, *idx])}]"
+        ats = [f"{part}[{', '.join([c, *idx])}]" for part in parts]
         s = self.axis(split)
         lo = self.expr(split.lo, {})
         base = f"{lo} + " if not _is_zero(split.lo) else ""
         chunk_loop = f"for {s} in range({base}{c} * {size}, {base}min({c} * {size} + {size}, {n})):"
         if acc_plan.vector:  # scalar accumulators per reduce axis, stepped like lanes
-            self.emit(depth, f"{at} = {self.stepped_fold(depth, r, {}, st.name, chunk_loop)}")
+            assert len(stages) == 1
+            self.emit(depth, f"{ats[0]} = {self.stepped_fold(depth, r, {}, st.name, chunk_loop)}")
         else:
             if row is not None:
                 self.range_loop(depth, row, {})
-                self.emit(depth + 1, f"{at} = {ident}")
-            else:
-                self.emit(depth, f"{at} = {ident}")
+            for s_, at in zip(stages, ats, strict=True):
+                ident = top(self.expr(_reduce_groups(s_.bodies)[0][0].combiner.identity[0], {}))
+                self.emit(depth + (row is not None), f"{at} = {ident}")
             self.emit(depth, chunk_loop)
-            fold(depth + 1, lambda: at, r.axis[1:])
+            self.fold(depth + 1, [(s_, lambda at=at: at) for s_, at in zip(stages, ats, strict=True)],
+                      r.axis[1:], row)
         # combine the partial results
-        depth = 1
-        if st.order:
-            depth = self.parallel_nest(1, st.order[:1], st.name)
-            for a in st.order[1:]:
-                self.range_loop(depth, a, {})
-                depth += 1
-        v = self.names.fresh(f"{st.name}_acc")
-        self.emit(depth, f"{v} = {part}[{', '.join(['0', *idx])}]")
-        k = self.names.fresh(f"{st.name}_k")
-        self.emit(depth, f"for {k} in range(1, {chunks}):")
-        self.combine(depth + 1, comb, [v], [f"{part}[{', '.join([k, *idx])}]"], [v], st.name)
-        finish(depth, v)
+        for s_, part in zip(stages, parts, strict=True):
+            comb = _reduce_groups(s_.bodies)[0][0].combiner
+            depth = 1
+            if st.order:
+                depth = self.parallel_nest(1, st.order[:1], st.name)
+                for a in st.order[1:]:
+                    self.range_loop(depth, a, {})
+                    depth += 1
+            v = self.names.fresh(f"{s_.name}_acc")
+            self.emit(depth, f"{v} = {part}[{', '.join(['0', *idx])}]")
+            k = self.names.fresh(f"{s_.name}_k")
+            self.emit(depth, f"for {k} in range(1, {chunks}):")
+            self.combine(depth + 1, comb, [v], [f"{part}[{', '.join([k, *idx])}]"], [v], s_.name)
+            self.finish(depth, s_, idx, v)
 
 
 def _plain(group: Sequence[ComputeStage | ScatterStage]) -> bool:

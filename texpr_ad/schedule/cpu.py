@@ -28,6 +28,9 @@
                   `prange` when each reads the earlier ones only at its own parallel index
                   (row-wise chains: softmax, normalizations); an intermediate that only
                   later stages of its prange read becomes a per-iteration row buffer.
+   share        - (cpu_shared_loops.py) consecutive reductions split into the same chunks
+                  over loops of the same extents run in one prange over chunks and one loop
+                  nest: each chunk reads its rows once for all their partial results.
    scatter_block - a scatter parallel over the target's last dim runs the prange over
                   blocks of it, with the block innermost (contiguous, still race-free).
 9. hoist        - (steps 9 and 10 live in cpu_invariants.py) values that the serial loops of a stage do not change (`softmax_max[i]`,
@@ -56,6 +59,7 @@ from ..te.simplify import simplify
 from ..te.visit import bounds_depend_on_axes, children, substitute, walk
 from . import normalize
 from .cpu_invariants import hoist, workspace
+from .cpu_shared_loops import share_split_loops
 from .nest import MIN_PARALLEL_CHUNKS, Expander, _const, _reduction_notes, _work, compute_stage
 from .plan import (Accumulate, ComputeStage, Contraction, CpuStagePlan, Inline, Plan,
                    ScatterStage, ScheduleError, Split, Stage)
@@ -94,7 +98,7 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
             st = scatter_block(st)
         stages.append(st)
     stages, dropped = drop_unread(stages, plan)
-    stages = row_buffers(join_stages(stages, overrides))
+    stages = row_buffers(share_split_loops(join_stages(stages, overrides)))
     stages = [hoist(st, overrides.get(st.name, {})) for st in stages]
     outs = {id(t) for t in plan.outputs}
     stages = [workspace(st, outs, overrides.get(st.name, {})) for st in stages]
@@ -648,6 +652,7 @@ def row_buffers(stages: list[Stage]) -> list[Stage]:
             st = out[k]
             ts = [t for t in st.tensors if t is not None]  # type: ignore[union-attr]
             if (not st.is_output and ts and len(st.axes) > 1  # type: ignore[union-attr]
+                    and st.cpu.accumulate is None  # type: ignore[union-attr]
                     and all(readers.get(id(t), set()) <= set(g) - {k} for t in ts)):
                 out[k] = _cpu(st, row_buffer=True)
     return out

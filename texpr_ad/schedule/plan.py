@@ -145,7 +145,8 @@ class CpuStagePlan:
 
     Compute stages: `contraction` (a BLAS matrix product), `accumulate` (row
     accumulation / split partial sums), `lanes` (> 1: the reduction's accumulation may
-    regroup into SIMD lanes), `join` (runs inside the previous stage's prange), `row_buffer`
+    regroup into SIMD lanes), `join` (runs inside the previous stage's prange; a split stage:
+    in its chunk prange and loops, over its axes), `row_buffer`
     (an intermediate that only later stages of its joined prange read, at the shared
     parallel index: a buffer per parallel iteration without that dim, which stays in cache),
     `split` (the innermost loop axis runs as two loops, axis = factor * hi + lo, as the
@@ -320,7 +321,11 @@ def _cpu_lines(c: CpuStagePlan) -> list[str]:
     out = []
     if c.accumulate is not None:
         out.append(f"  accumulate: {c.accumulate.describe()}")
-    if c.join:
+    if c.join and c.accumulate is not None:
+        out.append("  joined: folds its partial results in the previous stage's chunk prange "
+                   "and loops (same chunks, extents and order; it does not read that stage): "
+                   "one pass over the rows for both")
+    elif c.join:
         out.append("  joined: runs inside the previous stage's prange (same parallel "
                    "axis; reads the earlier stages of the loop only at its own index)")
     if c.split is not None:

@@ -1,0 +1,112 @@
+"""CPU step 8b (schedule/cpu_shared_loops.py): consecutive split reductions share their chunk
+prange and loops.  Each decision is checked on the plan, and each kernel against the kernel
+built without the step (bit-identical: the same terms fold in the same order) and a float64
+NumPy reference.  No timing."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import texpr_ad as ta
+from texpr_ad import te
+from texpr_ad.ops import elementwise as ew
+from texpr_ad.schedule import cpu, plan_kernel
+from texpr_ad.schedule.cpu_shared_loops import rename_axes
+from texpr_ad.te.expr import Reduce
+from texpr_ad.te.visit import walk
+
+SEED = 2026
+N, M = 1024, 64  # column reductions over 1024 rows into 64 points: split into partial results
+
+
+def rng() -> np.random.Generator:
+    print(f"seed {SEED}")
+    return np.random.default_rng(SEED)
+
+
+def _unshared(monkeypatch: pytest.MonkeyPatch, outs: list, ins: list):
+    with monkeypatch.context() as m:
+        m.setattr(cpu, "share_split_loops", lambda stages: stages)
+        k = ta.build(outs, ins)
+    assert not any(s.cpu.join and s.cpu.accumulate for s in k.plan.stages)
+    return k
+
+
+def _column_sums():
+    x = te.placeholder((N, M), "float32", name="x")
+    i1, i2, i3, i4 = (te.reduce_axis((0, N), name="i") for _ in range(4))
+    h = te.reduce_axis((0, N // 2), name="h")
+    s1 = te.compute((M,), lambda j: te.sum(x[i1, j], axis=i1), name="s1")
+    s2 = te.compute((M,), lambda j: te.sum(x[i2, j] * x[i2, j], axis=i2), name="s2")
+    mx = te.compute((M,), lambda j: te.max(x[i3, j], axis=i3), name="mx")
+    pos = te.compute((M,), lambda j: te.sum(x[i4, j], axis=i4, where=x[i4, j] > 0), name="pos")
+    half = te.compute((M,), lambda j: te.sum(x[h, j], axis=h), name="half")
+    return x, [s1, s2, mx, pos, half]
+
+
+def test_column_reductions_over_the_same_rows_share_one_pass(monkeypatch):
+    x, outs = _column_sums()
+    k = ta.build(outs, [x])
+    st = {s.name: s for s in k.plan.stages}
+    assert all(st[n].cpu.accumulate.split is not None for n in st), str(k.plan)
+    head = st["s1"]
+    assert not head.cpu.join
+    for n in ("s2", "mx", "pos"):  # same chunks, extents, order: in s1's loops, on s1's axes
+        assert st[n].cpu.join and st[n].axes == head.axes, str(k.plan)
+        assert st[n].cpu.accumulate.split is head.cpu.accumulate.split
+    assert not st["half"].cpu.join  # half the rows: its own chunks
+    assert "one pass over the rows" in str(k.plan)
+    assert k.source.count("in prange(16)") == 2, k.source  # s1's group, then half
+    xs = rng().standard_normal((N, M)).astype(np.float32)
+    got, ref = k(xs), _unshared(monkeypatch, outs, [x])(xs)
+    for a, b in zip(got, ref, strict=True):
+        np.testing.assert_array_equal(a, b)
+    x64 = xs.astype(np.float64)
+    want = [x64.sum(0), (x64 * x64).sum(0), x64.max(0), np.where(x64 > 0, x64, 0).sum(0),
+            x64[: N // 2].sum(0)]
+    for a, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-4)
+
+
+def test_a_reduction_reading_an_earlier_one_keeps_its_own_loops():
+    x = te.placeholder((N, M), "float32", name="x")
+    i1, i2 = te.reduce_axis((0, N), name="i"), te.reduce_axis((0, N), name="i")
+    s1 = te.compute((M,), lambda j: te.sum(x[i1, j], axis=i1), name="s1")
+    c = te.compute((M,), lambda j: te.sum((x[i2, j] - s1[j]) * x[i2, j], axis=i2), name="c")
+    plan = plan_kernel([s1, c], [x])
+    assert plan.stage("c").cpu.accumulate.split is not None
+    assert not plan.stage("c").cpu.join, str(plan)  # s1 is complete only after its loops
+
+
+def test_rename_axes_renames_reduction_axes_and_their_reads():
+    x, (s1, s2, *_) = _column_sums()
+    r1 = next(e for e in walk(s1.op.body[0]) if isinstance(e, Reduce))
+    r2 = next(e for e in walk(s2.op.body[0]) if isinstance(e, Reduce))
+    j1, j2 = s1.op.axis[0], s2.op.axis[0]
+    out = rename_axes(s2.op.body[0], {r2.axis[0]: r1.axis[0], j2: j1})
+    red = next(e for e in walk(out) if isinstance(e, Reduce))
+    assert red.axis == r1.axis
+    used = {e for e in walk(out) if e in (r1.axis[0], r2.axis[0], j1, j2)}
+    assert used == {r1.axis[0], j1}
+
+
+def test_layer_norm_dgamma_and_dbeta_share_one_pass(monkeypatch):
+    x = te.placeholder((N, M), "float32", name="x")
+    g, b = te.placeholder((M,), "float32", name="gamma"), te.placeholder((M,), "float32", name="beta")
+    y = ew.layer_norm(x, g, b, 1e-5)
+    head = te.placeholder(y.shape, "float32", name="head")
+    grads = ta.grad(y, [x, g, b], head=head)
+    k = ta.build(grads, [x, g, b, head])
+    dg, db = (k.plan.stage(t.op.name) for t in grads[1:])
+    assert dg.cpu.accumulate.split is not None and not dg.cpu.join, str(k.plan)
+    assert db.cpu.join and db.cpu.accumulate.split is dg.cpu.accumulate.split, str(k.plan)
+    r = rng()
+    xs, gs, bs, hs = (r.standard_normal(s).astype(np.float32) for s in ((N, M), (M,), (M,), (N, M)))
+    got = k(xs, gs, bs, hs)
+    for a, w in zip(got, _unshared(monkeypatch, grads, [x, g, b, head])(xs, gs, bs, hs), strict=True):
+        np.testing.assert_array_equal(a, w)
+    x64, h64 = xs.astype(np.float64), hs.astype(np.float64)
+    mu, var = x64.mean(1, keepdims=True), x64.var(1, keepdims=True)
+    xhat = (x64 - mu) / np.sqrt(var + 1e-5)
+    np.testing.assert_allclose(got[1], (h64 * xhat).sum(0), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(got[2], h64.sum(0), rtol=1e-4, atol=1e-3)

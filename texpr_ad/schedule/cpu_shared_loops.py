@@ -1,0 +1,101 @@
+"""CPU refine step 8b (after join): consecutive split reductions share their chunk loops.
+
+Two reductions split into partial results the same way (step 7) each stream every row of
+their inputs once: layer_norm's column sums over the rows, `dgamma[j] = sum_i dy[i, j] *
+xhat[i, j]` and `dbeta[j] = sum_i dy[i, j]`, read `dy` twice from memory.  When the stages
+are consecutive, split into the same chunks, and loop over axes of the same extents in the
+same order, the later one runs in the earlier one's prange over chunks and in its loops
+(`join`, its axes renamed to the earlier stage's): each chunk reads its rows once and folds
+every stage's partial result, then each stage combines its partials as before.  Results are
+bit-identical (each partial result folds the same terms in the same order).
+
+Not shared: vector (stepped-lanes) chunks, a stage that reads an earlier stage of the group
+(its partial results are complete only after the loops), different extents or loop orders.
+
+    for c in prange(16):               # dgamma, then dbeta in dgamma's loops
+        for j in range(m): dgamma_part[c, j] = 0; dbeta_part[c, j] = 0
+        for i in range(c * 256, ...):
+            for j in range(m):
+                dgamma_part[c, j] += dy[i, j] * xhat[i, j]
+                dbeta_part[c, j] += dy[i, j]
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..te.expr import Expr, IterVar, Read, Reduce
+from ..te.visit import transform, walk
+from .plan import Accumulate, ComputeStage, Stage
+
+
+def share_split_loops(stages: list[Stage]) -> list[Stage]:
+    """Mark each split reduction that can run in the previous split stage's chunk loops."""
+    out: list[Stage] = []
+    group: list[ComputeStage] = []  # the current group of split stages sharing loops
+    for st in stages:
+        m = _axis_map(group[0], st) if group else None
+        written = {id(t) for g in group for t in g.tensors if t is not None}
+        if m is not None and not any(id(r.tensor) in written for r in _reads(st)):
+            st = on_loops_of(st, m)
+            group.append(st)
+        else:
+            group = [st] if _split(st) is not None else []
+        out.append(st)
+    return out
+
+
+def _split(st: Stage) -> Accumulate | None:
+    """The stage's split accumulation, when its chunks fold in loops (not stepped lanes)."""
+    if not isinstance(st, ComputeStage) or st.cpu is None or st.cpu.join:
+        return None
+    acc = st.cpu.accumulate
+    return acc if acc is not None and acc.split is not None and not acc.vector else None
+
+
+def _reduce(st: ComputeStage) -> Reduce:
+    """The stage's one reduction (a split stage has exactly one, see cpu._accumulate)."""
+    return next(x for b in st.bodies for x in walk(b) if isinstance(x, Reduce))
+
+
+def _axis_map(head: ComputeStage, st: Stage) -> dict[IterVar, IterVar] | None:
+    """`st`'s data and reduce axes -> `head`'s, if `st` can run in `head`'s loops, else None."""
+    a, b = _split(head), _split(st)
+    if a is None or b is None or a.chunks != b.chunks:
+        return None
+    assert isinstance(st, ComputeStage)
+    ra, rb = _reduce(head), _reduce(st)
+    pairs = [*zip(head.axes, st.axes), *zip(ra.axis, rb.axis)]
+    if len(head.axes) != len(st.axes) or len(ra.axis) != len(rb.axis) or not all(
+            x.lo.same_as(y.lo) and x.extent.same_as(y.extent) for x, y in pairs):
+        return None
+    m = {y: x for x, y in pairs}
+    if tuple(m[y] for y in st.order) != head.order or m[b.split] is not a.split \
+            or (b.row is None) != (a.row is None) or (b.row is not None and m[b.row] is not a.row):
+        return None
+    return m
+
+
+def on_loops_of(st: ComputeStage, m: dict[IterVar, IterVar]) -> ComputeStage:
+    """`st` joined to the stage whose axes `m` maps its own to, written over those axes."""
+    acc = st.cpu.accumulate  # type: ignore[union-attr]
+    assert acc is not None and acc.split is not None
+    return replace(
+        st, axes=tuple(m[a] for a in st.axes), order=tuple(m[a] for a in st.order),
+        bodies=tuple(rename_axes(b, m) for b in st.bodies),
+        cpu=replace(st.cpu, join=True, accumulate=replace(
+            acc, split=m[acc.split], row=None if acc.row is None else m[acc.row])))
+
+
+def rename_axes(e: Expr, m: dict[IterVar, IterVar]) -> Expr:
+    """`e` with the axes in `m` replaced, as index leaves and as the axes of its reductions."""
+    def fn(x: Expr) -> Expr | None:
+        if isinstance(x, IterVar):
+            return m.get(x)
+        if isinstance(x, Reduce) and any(a in m for a in x.axis):
+            return replace(x, axis=tuple(m.get(a, a) for a in x.axis))
+        return None
+    return transform(e, fn)
+
+
+def _reads(st: ComputeStage) -> list[Read]:
+    return [x for b in st.bodies for x in walk(b) if isinstance(x, Read)]
