@@ -110,3 +110,66 @@ def test_layer_norm_dgamma_and_dbeta_share_one_pass(monkeypatch):
     xhat = (x64 - mu) / np.sqrt(var + 1e-5)
     np.testing.assert_allclose(got[1], (h64 * xhat).sum(0), rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(got[2], h64.sum(0), rtol=1e-4, atol=1e-3)
+
+
+# -- fold_into_row_loops: a joined lanes reduction in the loop of the stage it reduces --------
+
+R, C = 64, 256  # rows of 256: long enough for lanes
+
+
+def _unfolded(monkeypatch: pytest.MonkeyPatch, outs: list, ins: list):
+    with monkeypatch.context() as m:
+        m.setattr(cpu, "fold_into_row_loops", lambda stages: stages)
+        k = ta.build(outs, ins)
+    assert not any(s.cpu.in_row_loop for s in k.plan.stages)
+    return k
+
+
+def test_softmax_row_sum_folds_into_the_exp_loop(monkeypatch):
+    x = te.placeholder((R, C), "float32", name="x")
+    y = ew.softmax(x, -1)
+    k = ta.build([y], [x])
+    folded = [s for s in k.plan.stages if s.cpu.in_row_loop]
+    assert [s.name for s in folded] == ["softmax_expsum"], str(k.plan)
+    exp = k.plan.stage("softmax_exp")
+    assert folded[0].bodies[0].axis[0] is exp.order[1]  # reduces over exp's own loop axis
+    assert "in row loop" in str(k.plan)
+    lines = k.source.splitlines()
+    store = next(n for n, ln in enumerate(lines) if ln.strip().startswith("softmax_exp[i1] ="))
+    assert "radd(softmax_expsum_acc, softmax_exp[i1])" in lines[store + 1], k.source
+    xs = rng().standard_normal((R, C)).astype(np.float32) * 4
+    (got,) = k(xs)
+    np.testing.assert_array_equal(got, _unfolded(monkeypatch, [y], [x])(xs)[0])
+    e = np.exp(xs.astype(np.float64) - xs.max(1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=2e-6, atol=1e-7)
+
+
+def test_a_max_of_an_elementwise_stage_folds_and_is_exact(monkeypatch):
+    x = te.placeholder((R, C), "float32", name="x")
+    k_ = te.reduce_axis((0, C), name="k")
+    e = te.compute((R, C), lambda i, j: te.tanh(x[i, j]) * 3, name="e")
+    m = te.compute((R,), lambda i: te.max(e[i, k_], axis=k_), name="m")
+    y = te.compute((R, C), lambda i, j: e[i, j] - m[i], name="y")
+    k = ta.build([y, m], [x])
+    assert k.plan.stage("m").cpu.in_row_loop, str(k.plan)
+    xs = rng().standard_normal((R, C)).astype(np.float32)
+    xs[3, 7] = np.nan  # max propagates NaN, folded or not
+    got, ref = k(xs), _unfolded(monkeypatch, [y, m], [x])(xs)
+    for a, b in zip(got, ref, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert np.isnan(got[1][3]) and not np.isnan(got[1][4])
+
+
+@pytest.mark.parametrize("read", ["shifted", "reversed", "shorter"])
+def test_a_reduction_not_over_the_stored_element_keeps_its_loop(read):
+    x = te.placeholder((R, C), "float32", name="x")
+    e = te.compute((R, C), lambda i, j: te.exp(x[i, j]), name="e")
+    n = C - 1 if read != "reversed" else C
+    k_ = te.reduce_axis((0, n), name="k")
+    at = {"shifted": lambda i: e[i, k_ + 1], "reversed": lambda i: e[i, C - 1 - k_],
+          "shorter": lambda i: e[i, k_]}[read]
+    s = te.compute((R,), lambda i: te.sum(at(i), axis=k_), name="s")
+    y = te.compute((R, C), lambda i, j: e[i, j] / s[i], name="y")
+    plan = plan_kernel([y], [x])
+    assert plan.stage("s").cpu.join and plan.stage("s").cpu.lanes > 1, str(plan)
+    assert not plan.stage("s").cpu.in_row_loop, str(plan)

@@ -107,16 +107,7 @@ class CPURender(_Render):
         env: dict[Expr, str] = {}
         self.recip = {}
         cpu = st.cpu
-        for r in cpu.hoisted if cpu is not None else ():
-            hint = self.tensor(r.tensor) + "_r" if isinstance(r, Read) else st.name + "_inv"
-            name = self.names.fresh(hint)
-            self.emit(depth, f"{name} = {self.expr(r, {})}")
-            env[r] = name
-        for b in cpu.reciprocals if cpu is not None else ():
-            inv, k = self.names.fresh(f"{env[b]}_inv"), self.names.fresh(f"{env[b]}_k")
-            self.emit(depth, f"{k} = {_RECIP_SCALE.format(d=env[b])}")
-            self.emit(depth, f"{inv} = np.float32(1.0) / ({env[b]} * {k})")
-            self.recip[b] = f"{inv} * {k}"
+        self.hoist_values(depth, st, env)
         split = cpu.split if cpu is not None else None
         lanes = cpu.lanes if cpu is not None else 1
         for a in serial:
@@ -135,6 +126,46 @@ class CPURender(_Render):
         for t, b in zip(st.tensors, st.bodies, strict=True):
             if t is not None:
                 self.emit(depth, f"{self.index(t, idx)} = {top(self.expr(b, env))}")
+
+    def hoist_values(self, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
+        """The stage's hoisted values and reciprocals into locals (named in `env`, `recip`)."""
+        cpu = st.cpu
+        for r in cpu.hoisted if cpu is not None else ():
+            hint = self.tensor(r.tensor) + "_r" if isinstance(r, Read) else st.name + "_inv"
+            name = self.names.fresh(hint)
+            self.emit(depth, f"{name} = {self.expr(r, {})}")
+            env[r] = name
+        for b in cpu.reciprocals if cpu is not None else ():
+            inv, k = self.names.fresh(f"{env[b]}_inv"), self.names.fresh(f"{env[b]}_k")
+            self.emit(depth, f"{k} = {_RECIP_SCALE.format(d=env[b])}")
+            self.emit(depth, f"{inv} = np.float32(1.0) / ({env[b]} * {k})")
+            self.recip[b] = f"{inv} * {k}"
+
+    def row_and_fold(self, depth: int, e: ComputeStage, st: ComputeStage) -> None:
+        """`e`'s row loop with `st`'s lanes reduction folded in: each element is stored, then
+        accumulated (`st` is written over `e`'s axes: cpu_shared_loops.fold_into_row_loops)."""
+        env: dict[Expr, str] = {}
+        self.recip = {}
+        self.hoist_values(depth, e, env)
+        self.hoist_values(depth, st, env)
+        red = _reduce_groups(st.bodies)[0]
+        r = red[0]
+        acc = self.names.fresh(f"{st.name}_acc")
+        self.emit(depth, f"{acc} = {top(self.expr(r.combiner.identity[0], {}))}")
+        self.range_loop(depth, e.order[1], {})
+        t = e.tensors[0]
+        assert t is not None
+        self.emit(depth + 1, f"{self.index(t, [self.axis(a) for a in e.axes])} = "
+                             f"{top(self.expr(e.bodies[0], env))}")
+        self.emit(depth + 1, f"{acc} = {LANE_STEP[r.combiner.kind]}({acc}, "
+                             f"{top(self.expr(r.source[0], env))})")
+        if r.init:
+            self.combine(depth, r.combiner, [self.expr(r.init[0], env)], [acc], [acc], st.name)
+        env.update({g: acc for g in red})
+        out = st.tensors[0]
+        assert out is not None
+        self.emit(depth, f"{self.index(out, [self.axis(a) for a in st.axes])} = "
+                         f"{top(self.expr(st.bodies[0], env))}")
 
     def scatter(self, st: ScatterStage) -> None:
         self.emit(1, f"# stage {st.name}: scatter-add, {st.strategy}")
@@ -184,12 +215,18 @@ class CPURender(_Render):
         head = group[0]
         var = self.names.fresh(f"{head.name}_p")
         self.parallel_head(1, var, top(self.expr(head.order[0].extent, {})))
-        for st in group:
+        for k, st in enumerate(group):
+            if st.cpu.in_row_loop:  # type: ignore[union-attr]
+                continue  # rendered in the previous stage's row loop
             self.scope = st.name
             if st.cpu.row_buffer:  # type: ignore[union-attr]
                 self.allocate(2, st, [a for a in st.axes if a is not st.order[0]])
             self.emit(2, f"{self.axis(st.order[0])} = {var}  # stage {st.name}")
-            self.loops_and_body(st, 2, st.order[1:])
+            nxt = group[k + 1] if k + 1 < len(group) else None
+            if nxt is not None and nxt.cpu.in_row_loop:  # type: ignore[union-attr]
+                self.row_and_fold(2, st, nxt)
+            else:
+                self.loops_and_body(st, 2, st.order[1:])
 
     def stepped_fold(self, depth: int, r: Reduce, env: dict[Expr, str], stage: str,
                      first_loop: str | None = None) -> str:

@@ -30,7 +30,8 @@
                   later stages of its prange read becomes a per-iteration row buffer.
    share        - (cpu_shared_loops.py) consecutive reductions split into the same chunks
                   over loops of the same extents run in one prange over chunks and one loop
-                  nest: each chunk reads its rows once for all their partial results.
+                  nest: each chunk reads its rows once for all their partial results; a
+                  joined row reduction of an elementwise stage folds in that stage's loop.
    scatter_block - a scatter parallel over the target's last dim runs the prange over
                   blocks of it, with the block innermost (contiguous, still race-free).
 9. hoist        - (steps 9 and 10 live in cpu_invariants.py) values that the serial loops of a stage do not change (`softmax_max[i]`,
@@ -59,7 +60,7 @@ from ..te.simplify import simplify
 from ..te.visit import bounds_depend_on_axes, children, substitute, walk
 from . import normalize
 from .cpu_invariants import hoist, workspace
-from .cpu_shared_loops import share_split_loops
+from .cpu_shared_loops import fold_into_row_loops, share_split_loops
 from .nest import MIN_PARALLEL_CHUNKS, Expander, _const, _reduction_notes, _work, compute_stage
 from .plan import (Accumulate, ComputeStage, Contraction, CpuStagePlan, Inline, Plan,
                    ScatterStage, ScheduleError, Split, Stage)
@@ -98,7 +99,7 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
             st = scatter_block(st)
         stages.append(st)
     stages, dropped = drop_unread(stages, plan)
-    stages = row_buffers(share_split_loops(join_stages(stages, overrides)))
+    stages = fold_into_row_loops(row_buffers(share_split_loops(join_stages(stages, overrides))))
     stages = [hoist(st, overrides.get(st.name, {})) for st in stages]
     outs = {id(t) for t in plan.outputs}
     stages = [workspace(st, outs, overrides.get(st.name, {})) for st in stages]

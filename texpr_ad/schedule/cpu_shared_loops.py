@@ -1,4 +1,5 @@
-"""CPU refine step 8b (after join): consecutive split reductions share their chunk loops.
+"""CPU refine step 8b (after join): stages share loops.  Split reductions share their chunk
+loops; a row reduction folds in the loop of the elementwise stage it reduces.
 
 Two reductions split into partial results the same way (step 7) each stream every row of
 their inputs once: layer_norm's column sums over the rows, `dgamma[j] = sum_i dy[i, j] *
@@ -18,6 +19,19 @@ Not shared: vector (stepped-lanes) chunks, a stage that reads an earlier stage o
             for j in range(m):
                 dgamma_part[c, j] += dy[i, j] * xhat[i, j]
                 dbeta_part[c, j] += dy[i, j]
+
+`fold_into_row_loops`: in a joined prange, a lanes reduction `s[i] = sum_k e[i, k]` (or
+max/min) right after the elementwise stage `e[i, j] = f(..)` that it reads only at `[i, k]`,
+over the same range, accumulates in `e`'s loop over j as each element is stored (`in_row_loop`,
+its axes renamed to `e`'s): softmax's `exp` and row sum make one pass over the row, not two.
+The sum adds the same terms in the same order (lanes may regroup either way).
+
+    for i in prange(n):
+        acc = 0
+        for j in range(m):
+            e[j] = exp(x[i, j] - mx)
+            acc = radd(acc, e[j])
+        s[i] = acc
 """
 from __future__ import annotations
 
@@ -42,6 +56,43 @@ def share_split_loops(stages: list[Stage]) -> list[Stage]:
             group = [st] if _split(st) is not None else []
         out.append(st)
     return out
+
+
+def fold_into_row_loops(stages: list[Stage]) -> list[Stage]:
+    """Mark each joined lanes reduction that folds in the previous stage's row loop."""
+    out: list[Stage] = []
+    for st in stages:
+        prev = out[-1] if out else None
+        m = _row_map(prev, st) if isinstance(prev, ComputeStage) else None
+        if m is not None:
+            assert isinstance(st, ComputeStage)
+            st = replace(st, axes=tuple(m[a] for a in st.axes), order=tuple(m[a] for a in st.order),
+                         bodies=tuple(rename_axes(b, m) for b in st.bodies),
+                         cpu=replace(st.cpu, in_row_loop=True))
+        out.append(st)
+    return out
+
+
+def _row_map(e: ComputeStage, st: Stage) -> dict[IterVar, IterVar] | None:
+    """`st`'s parallel and reduce axes -> `e`'s (p, j), if `st` can fold in `e`'s row loop."""
+    c, ce = st.cpu, e.cpu
+    if not (isinstance(st, ComputeStage) and c is not None and ce is not None and c.join
+            and c.lanes > 1 and len(st.order) == 1 and len(st.bodies) == 1
+            and st.tensors[0] is not None):
+        return None
+    if (ce.accumulate or ce.contraction or ce.split or ce.in_row_loop or ce.lanes > 1
+            or not e.parallel or e.fused != 1 or len(e.order) != 2 or len(e.bodies) != 1
+            or e.tensors[0] is None or any(isinstance(x, Reduce) for x in walk(e.bodies[0]))):
+        return None
+    (p, j), r = e.order, _reduce(st)
+    if len(r.axis) != 1 or not (r.axis[0].lo.same_as(j.lo) and r.axis[0].extent.same_as(j.extent)):
+        return None
+    m = {st.order[0]: p, r.axis[0]: j}
+    want = [st.order[0] if a is p else r.axis[0] for a in e.axes]
+    mine = [x for x in _reads(st) if x.tensor is e.tensors[0]]
+    if not mine or any(list(x.indices) != want for x in mine):
+        return None
+    return m
 
 
 def _split(st: Stage) -> Accumulate | None:

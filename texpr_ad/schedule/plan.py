@@ -151,7 +151,9 @@ class CpuStagePlan:
     parallel index: a buffer per parallel iteration without that dim, which stays in cache),
     `split` (the innermost loop axis runs as two loops, axis = factor * hi + lo, as the
     bodies use it only as axis // factor and axis % factor: a reshape's unflattening),
-    `hoisted` (loop-invariant values computed once before the serial loops, in order) and
+    `in_row_loop` (a joined reduction whose loop is the previous stage's
+    row loop, over its axes), `hoisted` (loop-invariant values computed once before the
+    serial loops, in order) and
     `reciprocals` (hoisted float32 divisors whose quotients become products with the
     reciprocal).  Scatter stages: `block` (prange over blocks of that many values of the
     parallel axis, innermost).  Both: `workspace` (the stage's intermediates passed in as
@@ -168,6 +170,7 @@ class CpuStagePlan:
     reciprocals: tuple[Expr, ...] = ()
     block: int = 0
     workspace: tuple[Tensor, ...] = ()
+    in_row_loop: bool = False
 
 
 @dataclass(frozen=True)
@@ -328,6 +331,9 @@ def _cpu_lines(c: CpuStagePlan) -> list[str]:
     elif c.join:
         out.append("  joined: runs inside the previous stage's prange (same parallel "
                    "axis; reads the earlier stages of the loop only at its own index)")
+    if c.in_row_loop:
+        out.append("  in row loop: its reduction folds in the previous stage's loop as each "
+                   "element is stored (one pass over the row; same terms, same order)")
     if c.split is not None:
         sp = c.split
         out.append(f"  split: {sp.axis.name} = {sp.factor} * {sp.hi.name} + {sp.lo.name}, "
