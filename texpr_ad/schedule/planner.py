@@ -9,7 +9,10 @@ Steps (1-3 and 5 are functions below):
                    elementwise compute (no reduction) read exactly once, outside any
                    reduction, at an index that is a permutation of all the reader's
                    data axes: each of its elements is then computed at most once, so
-                   inlining never duplicates work.  A stage that is one plain read (a
+                   inlining never duplicates work.  Read once inside the reader's one
+                   reduction, it is inlined when that reduction runs no more iterations
+                   than the stage has points (static sizes): a loss summing an elementwise
+                   stage, nll's gather of one log_softmax entry per row.  A stage that is one plain read (a
                    copy, broadcast or transpose) or a constant is inlined wherever it
                    is read: a load from its source costs what a load from it would, and
                    the store is saved.  Everything else is materialized.
@@ -36,6 +39,7 @@ hoisted values), `workspace` (bool: False allocates large intermediates on every
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
@@ -47,7 +51,7 @@ from ..te.simplify import simplify
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tensor
 from ..te.visit import bounds_depend_on_axes, children, substitute, transform, walk
 from . import cpu, cuda
-from .nest import _const, compute_stage
+from .nest import _const, _work, compute_stage
 from .plan import ComputeStage, Inline, Plan, ScatterStage, ScheduleError, Stage, StageKind
 
 OVERRIDE_KEYS = {StageKind.COMPUTE: {"inline", "parallel", "fuse", "order", "blas", "accumulate",
@@ -118,12 +122,9 @@ def plan_stages(outputs: Sequence[Tensor], inputs: Sequence[Tensor],
         if id(op) not in out_ops:
             st = replace(st, notes=(f"materialized: {why_kept[id(op)]}", *st.notes))
         stages.append(st)
+    by_id = {id(op): op for op in ops}
     inl = tuple(Inline(names[k], ", ".join(dict.fromkeys(names[id(u.reader)] for u in us)),
-                       f"read once, outside any reduction, at the reader's own data axes "
-                       f"({expr_str(us[0].read)})" if len(us) == 1 and not us[0].under_reduce else
-                       "a plain read of its source (copy, broadcast, transpose): re-reading the "
-                       "source where it is used costs what reading it back would")
-                for k, us in inlined.items())
+                       _inline_reason(by_id[k], us)) for k, us in inlined.items())
     return Plan("any", inputs, outputs, _params(inputs, outputs, ops), tuple(stages), inl)
 
 
@@ -241,13 +242,38 @@ def _inline_ok(op: ComputeOp | ScatterOp, uses: list[_Use], is_output: bool) -> 
     if len(uses) != 1:
         return f"it is read {len(uses)} times (inlining would recompute it)"
     u = uses[0]
-    if u.under_reduce or u.in_bound:
+    if u.in_bound or (u.under_reduce and not _reduction_reads_fewer(op, u)):
         return "it is read inside a reduction (inlining would recompute it per iteration)"
+    if u.under_reduce:
+        return None
     ix = u.read.indices
     if not (all(isinstance(i, IterVar) and i.kind == "data" for i in ix)
             and len(set(ix)) == len(ix) == len(u.reader.axis) and set(ix) == set(u.reader.axis)):
         return f"it is read at {expr_str(u.read)}, not at a permutation of the reader's axes"
     return None
+
+
+def _reduction_reads_fewer(op: ComputeOp, u: _Use) -> bool:
+    """The reader has one reduction and runs no more iterations (its points times the
+    reduction's) than `op` has points, all static: inlined, `op`'s body is evaluated at most
+    as often as materializing it would evaluate it, and nothing is stored."""
+    if not isinstance(u.reader, ComputeOp):
+        return False
+    if len({x.loop_key for b in u.reader.body for x in walk(b) if isinstance(x, Reduce)}) != 1:
+        return False
+    return _work(u.reader.axis, u.reader.body) <= _work(op.axis, ()) < math.inf
+
+
+def _inline_reason(op: ComputeOp, us: list[_Use]) -> str:
+    """Why `op`, read by `us`, is inlined (the plan's `inlined` lines)."""
+    if len(us) == 1 and not us[0].under_reduce:
+        return (f"read once, outside any reduction, at the reader's own data axes "
+                f"({expr_str(us[0].read)})")
+    if _plain_read(op.body[0]):
+        return ("a plain read of its source (copy, broadcast, transpose): re-reading the "
+                "source where it is used costs what reading it back would")
+    return (f"read once per iteration of its reader's reduction ({expr_str(us[0].read)}), "
+            f"which runs no more iterations than it has points")
 
 
 def _plain_read(e: Expr) -> bool:
