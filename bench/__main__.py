@@ -26,8 +26,10 @@ Per row: the median of `--repeat` runs after warm-up, with two threads for every
 gradients (bwd) against torch.  JAX (jitted forward, jitted step `jax.vjp` + apply, jitted
 apply of a precomputed vjp function; bench/jax_side.py) is timed where installed: "jax ms" and
 "t/jax" = texpr_ad / JAX; XLA is held to two threads by XLA_FLAGS (set before jax is imported,
-unless the caller set XLA_FLAGS).  The registry row, its plain row, torch and JAX are
-interleaved call by call for each comparison, so all see the same machine load.
+unless the caller set XLA_FLAGS).  The registry row, its plain row and torch are interleaved
+call by call for each comparison, in an order that rotates every round, so all see the same
+machine load; JAX is timed in its own loop right after (its threads spin on after each call and
+slowed whichever call came next).
 
 Compile times: "cold" builds in a fresh subprocess with an empty `TEXPR_CACHE_DIR`; "warm" does
 it again in a second process sharing the folder.  The fwd row is the forward kernel, the step
@@ -185,10 +187,11 @@ def run_workload(name: str, quick: bool, repeat: int, target: str, with_plain: b
         mine = [(r, s[c]) for r, s in zip(rows, sides, strict=True) if c in s]
         if not mine:
             continue
-        fns = [fn for _, fn in mine] + [ref[c]] + ([jx[c]] if jx else [])
-        times = _paired_times(*fns, repeat=repeat)
+        times = _paired_times(*[fn for _, fn in mine], ref[c], repeat=repeat)
         t_torch = times[len(mine)]
-        t_jax = times[len(mine) + 1] if jx else None
+        # JAX apart: XLA's threads keep spinning after a call and slowed whatever ran next
+        # (layer_norm step measured 5.5 ms right after a JAX call, 3.2 ms otherwise)
+        t_jax = _paired_times(jx[c], repeat=repeat)[0] if jx else None
         for (r, _), t in zip(mine, times, strict=False):
             r[c] = {"t": t[0], "min": t[1], "torch": t_torch[0], "torch_min": t_torch[1],
                     "jax": t_jax[0] if t_jax else None}

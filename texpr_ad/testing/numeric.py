@@ -129,16 +129,19 @@ def numerical_grad(f: Callable[..., float], arrays: Sequence[np.ndarray], k: int
 def sample_times(*fns: Callable[[], object], repeat: int = 3,
                  warmup: int = 1) -> list[list[float]]:
     """Wall seconds of `repeat` calls of each of `fns`, after `warmup` rounds; the calls are
-    interleaved round by round so that every function sees the same machine load."""
+    interleaved round by round so that every function sees the same machine load, and the order
+    rotates every round, so that no function always runs right after the same other one (whose
+    thread pool may still be spinning)."""
     for _ in range(warmup):
         for fn in fns:
             fn()
     times: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeat):
-        for fn, ts in zip(fns, times, strict=True):
+    for r in range(repeat):
+        for k in range(len(fns)):
+            j = (k + r) % len(fns)
             t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
+            fns[j]()
+            times[j].append(time.perf_counter() - t0)
     return times
 
 
