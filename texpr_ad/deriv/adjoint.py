@@ -87,14 +87,17 @@ def _arg_extreme_terms(ax: ArgExtreme, body: Reduce, y: Expr, reads: list[Contri
                        data: tuple[IterVar, ...], head: Expr) -> list[tuple[Tensor, Term]]:
     """dY[i] scattered to the unique arg-extreme, and for the rare tied outputs split over the
     window (`reducers.ArgExtreme`): both in one scatter stage over (i, r), the first update at
-    the window's first point only, so the stage fills one buffer and needs no summing pass."""
+    the window's first point only, so the stage fills one buffer and needs no summing pass.
+    The pinned update keeps the reduction's condition (always true at a real arg-extreme), so
+    its index is proven in bounds whatever the code holds, and needs no run-time check."""
     pin = lambda e: substitute(e, ax.pin)  # noqa: E731
     first = tuple(a.eq(a.lo) for a in body.axis)
     tied = (ax.tied, body.condition, attains(body.source[0], y))
     out = []
     for c in reads:
         out.append((c.read.tensor, Term(tuple(map(pin, c.read.indices)), data + body.axis,
-                                        head * pin(c.coeff), (*first, ax.unique, *map(pin, c.guards)),
+                                        head * pin(c.coeff),
+                                        (*first, ax.unique, pin(body.condition), *map(pin, c.guards)),
                                         scatter=True)))
         out.append((c.read.tensor, Term(c.read.indices, data + body.axis, ax.share(head) * c.coeff,
                                         tied + c.guards, scatter=True)))

@@ -180,7 +180,7 @@ class ArgExtreme:
     """
 
     pin: dict[IterVar, Expr]   # each reduce axis at the unique arg-extreme, from code[i]
-    unique: Expr               # one element attains Y[i]
+    unique: Expr               # one element attains Y[i] (M <= code < M + R: `pin` is in the window)
     tied: Expr                 # several do
     share: Scale               # x / (their count)
 
@@ -219,7 +219,8 @@ def arg_extreme(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> ArgExtrem
         pin[a] = a.lo + q.astype(a.dtype)
     count = te.floordiv(c, const(big, itype)).astype(Y.dtype)
     two = const(2 * big, itype)
-    return ArgExtreme(pin, (c < two) & (c >= const(big, itype)), c >= two, lambda x: x / count)
+    return ArgExtreme(pin, (c < const(big + size, itype)) & (c >= const(big, itype)), c >= two,
+                      lambda x: x / count)
 
 
 def _prod(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Linearization:
