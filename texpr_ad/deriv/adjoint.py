@@ -26,7 +26,7 @@ from .centered import is_centered_zero
 from .collect import Contribution, collect
 from .invariance import shift_invariant
 from .errors import GradientError
-from .reducers import ArgExtreme, arg_extreme, attains, linearize
+from .reducers import ArgExtreme, arg_extreme, linearize
 from ..te.simplify import simplify
 from .solver import invert
 
@@ -65,7 +65,7 @@ def _reduction_terms(body: Reduce, Y: Tensor, data: tuple[IterVar, ...], head: E
     reads = collect(body.source[0], wanted, where)
     ax = arg_extreme(body, Y, data) if any(_windowed(c, data + body.axis) for c in reads) else None
     if ax is not None:
-        return _arg_extreme_terms(ax, body, Y[data], reads, data, head)
+        return _arg_extreme_terms(ax, body, lin.src_guards, reads, data, head)
     out = [(c.read.tensor, Term(c.read.indices, data + body.axis, lin.src_scale(head) * c.coeff,
                                 c.guards + lin.src_guards))
            for c in reads]
@@ -83,16 +83,18 @@ def _windowed(c: Contribution, unknowns: tuple[IterVar, ...]) -> bool:
     return inv is not None and bool(inv.new_axes)
 
 
-def _arg_extreme_terms(ax: ArgExtreme, body: Reduce, y: Expr, reads: list[Contribution],
-                       data: tuple[IterVar, ...], head: Expr) -> list[tuple[Tensor, Term]]:
+def _arg_extreme_terms(ax: ArgExtreme, body: Reduce, attained: tuple[Expr, ...],
+                       reads: list[Contribution], data: tuple[IterVar, ...], head: Expr
+                       ) -> list[tuple[Tensor, Term]]:
     """dY[i] scattered to the unique arg-extreme, and for the rare tied outputs split over the
     window (`reducers.ArgExtreme`): both in one scatter stage over (i, r), the first update at
     the window's first point only, so the stage fills one buffer and needs no summing pass.
     The pinned update keeps the reduction's condition (always true at a real arg-extreme), so
-    its index is proven in bounds whatever the code holds, and needs no run-time check."""
+    its index is proven in bounds whatever the code holds, and needs no run-time check.
+    `attained` is the tie split's guard from the linearization (condition, src attains Y)."""
     pin = lambda e: substitute(e, ax.pin)  # noqa: E731
     first = tuple(a.eq(a.lo) for a in body.axis)
-    tied = (ax.tied, body.condition, attains(body.source[0], y))
+    tied = (ax.tied, *attained)
     out = []
     for c in reads:
         out.append((c.read.tensor, Term(tuple(map(pin, c.read.indices)), data + body.axis,
