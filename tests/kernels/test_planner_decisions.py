@@ -12,6 +12,7 @@ from texpr_ad.ops import elementwise as ew
 from texpr_ad.ops import nn, shape
 from texpr_ad.schedule import ScheduleError, plan_kernel
 from texpr_ad.schedule.plan import ComputeStage, ScatterStage
+from texpr_ad.schedule.cpu import _copied
 
 SEED = 1234
 
@@ -150,6 +151,23 @@ def test_layer_norm_gamma_gradient_plan_and_values():
     np.testing.assert_allclose(got_b, hs.astype(np.float64).sum(0), rtol=1e-4, atol=1e-4)
 
 
+def test_strided_conv_input_gradient_factor_is_col2im_layout():
+    """The factored sum P of a stride-2 convolution's input gradient follows the col2im loop:
+    P[n, c, ry, rx, y, x], one w^T @ head[n] per image, no operand or result copied (it was
+    P[n, y, x, c, ry, rx]: head transposed into BLAS layout, and the col2im loop read P with a
+    stride of c * 9 along its innermost axis).  Planning only: nothing is compiled."""
+    x = te.placeholder((8, 64, 56, 56), "float32", name="x")
+    w = te.placeholder((128, 64, 3, 3), "float32", name="w")
+    y = nn.conv2d(x, w, 2, 1)
+    head = te.placeholder(y.shape, "float32", name="head")
+    (dx,) = ta.grad(y, [x], head=head)
+    plan = plan_kernel([dx], [x, w, head])
+    (p,) = [s for s in plan.stages if s.name.endswith("_factor")]
+    assert tuple(int(d.value) for d in p.tensors[0].shape) == (8, 64, 3, 3, 28, 28), str(plan)
+    c = p.cpu.contraction
+    assert c is not None and c.shared == "a" and c.a is w and c.b is head, str(plan)
+    assert c.out_perm is None and _copied(c) == 0, str(plan)
+
 @pytest.mark.parametrize("stride", [1, 2])
 def test_conv2d_uses_im2col_and_factored_contractions(stride):
     torch = pytest.importorskip("torch")
@@ -168,6 +186,9 @@ def test_conv2d_uses_im2col_and_factored_contractions(stride):
     else:  # the hull of a strided window is 3x its size: the sum over f factored out to BLAS
         factored = [s for s in bwd.stages if s.name.endswith("_factor")]
         assert factored and factored[0].cpu.contraction is not None
+        # laid out as Caffe's col2im buffer P[n, c, ry, rx, y, x] (see the next test)
+        shape_ = tuple(int(d.value) for d in factored[0].tensors[0].shape)
+        assert shape_ == (2, 8, 3, 3, 6, 6), str(bwd)
     r = rng()
     xs, ws = r.standard_normal((2, 8, 12, 12)).astype("float32"), r.standard_normal((16, 8, 3, 3)).astype("float32")
     tx, tw = torch.from_numpy(xs.astype(np.float64)).requires_grad_(), torch.from_numpy(ws.astype(np.float64)).requires_grad_()

@@ -184,11 +184,7 @@ def factor_contraction(st: ComputeStage, ov: Mapping[str, Any],
     keep = [[(d, i) for d, i in enumerate(r.indices) if i not in cset] for r in (ra, rb)]
     if any(k in walk(i) for g in keep for _, i in g for k in const_axes):
         return None, st
-    # P's dims: the kept dims of each operand, the group indexed by the stage's innermost loop
-    # axis last, so the stage reads P contiguously (Caffe's col2im layout for a convolution)
-    inner = st.order[-1] if st.order else None
-    first = 1 if inner is not None and any(inner in walk(i) for _, i in keep[0]) else 0
-    groups = [(ra, keep[0]), (rb, keep[1])][first:] + [(ra, keep[0]), (rb, keep[1])][:first]
+    groups = _factor_layout(st, rest, [(ra, keep[0]), (rb, keep[1])])
     dims = [r.tensor.shape[d] for r, g in groups for d, _ in g]
     size = _work([IterVar("_", const(0), e) for e in dims], ())
     points = _work(st.axes, ())
@@ -203,8 +199,9 @@ def factor_contraction(st: ComputeStage, ov: Mapping[str, Any],
 
     def fcompute(*ax: IterVar) -> Expr:
         cs = {k: reduce_axis((0, k.extent), k.name) for k in const_axes}
-        it = iter(ax)
-        idx = {id(r): [cs[i] if i in cset else next(it) for i in r.indices] for r, _ in groups}
+        at = dict(zip(((id(r), d) for r, g in groups for d, _ in g), ax))  # P's dim of each
+        idx = {id(r): [cs[i] if i in cset else at[id(r), d] for d, i in enumerate(r.indices)]
+               for r in (ra, rb)}
         return te_sum(ra.tensor[tuple(idx[id(ra)])] * rb.tensor[tuple(idx[id(rb)])],
                       axis=list(cs.values()))
 
@@ -219,6 +216,36 @@ def factor_contraction(st: ComputeStage, ov: Mapping[str, Any],
                             reduction=_reduction_notes((new_body,), st.axes),
                             notes=(*st.notes, f"factored: the sum over "
                                    f"{', '.join(k.name for k in const_axes)} is stage {name}"))
+
+
+Kept = list[tuple[int, Expr]]  # (operand dim, its index in the stage) of a factored operand
+
+
+def _factor_layout(st: ComputeStage, rest: list[IterVar],
+                   groups: list[tuple[Read, Kept]]) -> list[tuple[Read, Kept]]:
+    """The dim order of a factored contraction P: its dims follow the stage's loops (its
+    order, then the remaining reduction axes), within what BLAS can write in place.  A group's
+    leading dims indexed by output axes looped before anything indexing the other group go
+    first, as P's batch (the image of a convolution); then the two groups, the one indexed by
+    the earlier loops first.  For a strided convolution's input gradient that is Caffe's
+    col2im layout P[n, c, ry, rx, y, x]: the stage's innermost loop, over x, reads P
+    contiguously, and the product is w^T @ dy[n] per image with no copy."""
+    loops = [*st.order, *rest]
+
+    def rank(ix: Expr) -> int:
+        return min((loops.index(v) for v in walk(ix) if v in loops), default=len(loops))
+
+    def first(g: Kept) -> int:
+        return min((rank(i) for _, i in g), default=len(loops))
+
+    (ra, ga), (rb, gb) = groups
+    for (r, g), other in (((ra, ga), gb), ((rb, gb), ga)):
+        lead = list(itertools.takewhile(
+            lambda di: di[1] in st.axes and rank(di[1]) < first(other), g))
+        if lead:
+            tail = [(r, g[len(lead):]), (rb if r is ra else ra, other)]
+            return [(r, lead), *sorted(tail, key=lambda t: first(t[1]))]
+    return sorted(groups, key=lambda t: first(t[1]))
 
 
 def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
