@@ -167,6 +167,12 @@ def test_strided_conv_input_gradient_factor_is_col2im_layout():
     c = p.cpu.contraction
     assert c is not None and c.shared == "a" and c.a is w and c.b is head, str(plan)
     assert c.out_perm is None and _copied(c) == 0, str(plan)
+    # ... and what is left of the sum scatters P in order (schedule/cpu_col2im.py), proven in
+    # the gather's domain (no condition), in parallel over the channels
+    col = plan.stage("dconv2d_pad")
+    assert isinstance(col, ScatterStage) and col.parallel_axis is not None, str(plan)
+    assert col.order[-1] is col.updates[0].value.indices[-1], str(plan)
+    assert col.updates[0].condition.same_as(te.const(True, "bool")), str(plan)
 
 @pytest.mark.parametrize("stride", [1, 2])
 def test_conv2d_uses_im2col_and_factored_contractions(stride):

@@ -59,6 +59,7 @@ from ..te.printer import expr_str
 from ..te.simplify import simplify
 from ..te.visit import bounds_depend_on_axes, children, substitute, walk
 from . import normalize
+from .cpu_col2im import col2im_scatter
 from .cpu_invariants import hoist, workspace
 from .cpu_shared_loops import fold_into_row_loops, share_split_loops
 from .nest import MIN_PARALLEL_CHUNKS, Expander, _const, _reduction_notes, _work, compute_stage
@@ -92,9 +93,10 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
                 col, st = factor_contraction(st, ov, _NO_EXPAND)
                 if col is not None:
                     col = cpu_strategies(col, {})
+                    st = (not ov and col2im_scatter(st, col.tensors[0])) or st
             if col is not None:
                 stages.append(_cpu(col))
-            st = cpu_strategies(st, ov)
+            st = cpu_strategies(st, ov) if isinstance(st, ComputeStage) else scatter_block(st)
         elif "parallel" not in ov:
             st = scatter_block(st)
         stages.append(st)
