@@ -10,9 +10,9 @@ Each P element lands on exactly one output point, so the same sum is the scatter
 
     dx_pad = zeros; dx_pad[n, c, ry + 2y, rx + 2x] += P[n, c, ry, rx, y, x]
 
-which reads P once, in order, with no per-point window bounds: at 8x64x56x56, stride 2, it
-takes about a tenth of the gather's time.  `col2im_scatter` builds it when the index solver
-inverts the gather's read of P exactly (one output point and one reduction point per P element)
+which reads P once, in order, with no per-point window bounds: at 8x64x56x56, stride 2,
+it takes a fifth of the gather's time (5.8 -> 1.1 ms).  `col2im_scatter` builds it when the
+index solver inverts the gather's read of P exactly (one output point and one reduction point per P element)
 and every P element lies in the gather's domain (a condition keeps the others out otherwise).
 """
 from __future__ import annotations
