@@ -17,18 +17,14 @@ and every P element lies in the gather's domain (a condition keeps the others ou
 """
 from __future__ import annotations
 
-import math
-
-import numpy as np
-
 from ..deriv.solver import invert
-from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, ReduceKind, Var, const
-from ..te.interp import evaluate
+from ..te.bounds import enumerate_holds
+from ..te.expr import Call, Expr, IterVar, Read, Reduce, ReduceKind, const
 from ..te.intrin import all as te_all
-from ..te.simplify import simplify
 from ..te.ops import Op
-from ..te.tensor import ScatterUpdate, Tensor, compute
-from ..te.visit import substitute, walk
+from ..te.simplify import simplify
+from ..te.tensor import ScatterUpdate, Tensor
+from ..te.visit import substitute
 from .nest import _const
 from .plan import ComputeStage, CpuStagePlan, ScatterStage
 
@@ -72,20 +68,11 @@ def col2im_scatter(st: ComputeStage, p: Tensor) -> ScatterStage | None:
 
 
 
-def _holds(c: Expr, most: int = 1 << 16) -> bool:
-    """True if condition `c` holds at every point of the (static, small) box of its axes: checked
-    by evaluating it there, one conjunct at a time.  The window bounds of a strided gather,
-    `y >= max((ry + 2 * y - 1) // 2, 0)`, hold by construction but are beyond `simplify`."""
-    if isinstance(c, Const):
-        return bool(c.value)
+
+def _holds(c: Expr) -> bool:
+    """True if condition `c` holds on the box of its axes, one conjunct at a time (each over
+    only the axes it uses): the window bounds of a strided gather, `y >= max((ry + 2 * y - 1)
+    // 2, 0)`, hold by construction but are beyond `simplify`, so they are enumerated."""
     if isinstance(c, Call) and c.op is Op.AND:
-        return all(_holds(a, most) for a in c.args)
-    axes = list(dict.fromkeys(x for x in walk(c) if isinstance(x, IterVar)))
-    sizes = [_const(a.extent) for a in axes]
-    if any(isinstance(x, (Read, Var)) for x in walk(c)) or any(
-            n is None or not (isinstance(a.lo, Const) and a.lo.value == 0) for a, n in zip(axes, sizes)) \
-            or math.prod(sizes) > most:  # type: ignore[arg-type]
-        return False
-    box = compute(tuple(sizes), lambda *ix: substitute(c, dict(zip(axes, ix))), name="holds")
-    (ok,) = evaluate([box], {})
-    return bool(np.all(ok))
+        return all(_holds(a) for a in c.args)
+    return enumerate_holds(c) is True

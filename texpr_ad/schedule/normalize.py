@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
+from ..te.bounds import ENUMERATE_MAX, int_eval
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, Var, const
-from ..te.interp import NUMPY_IMPL
 from ..te.ops import Op
 from ..te.simplify import simplify
 from ..te.tensor import ComputeOp, PlaceholderOp
@@ -37,7 +37,6 @@ from ..te.visit import bounds_depend_on_axes, substitute, walk
 
 FOLD_DEPTH = 4  # padding-like producers folded into one gather at most (a pad of a pad ...)
 BOX_MAX_RATIO = 2.0  # hull of dependent reduction windows / widest windows, at most (work)
-ENUMERATE_MAX = 1 << 16  # data points enumerated to find a window's hull
 
 
 @dataclass(frozen=True)
@@ -128,20 +127,6 @@ class Boxed:
     hulls: tuple[tuple[str, int, int], ...]
 
 
-def _int_eval(e: Expr, env: dict[IterVar, np.ndarray]) -> Any:
-    """Integer expression `e` (no tensor reads) at every enumerated point."""
-    match e:
-        case Const(value=v):
-            return np.int64(v)
-        case IterVar():
-            return env[e]
-        case Call(op=Op.CAST, args=(x,)):
-            return _int_eval(x, env)
-        case Call(op=op, args=args) if op in NUMPY_IMPL:
-            return NUMPY_IMPL[op](*[_int_eval(x, env) for x in args])
-    raise TypeError(f"cannot enumerate `{e}`")
-
-
 def _window(k: IterVar, data: Sequence[IterVar]) -> tuple[int, int, int] | None:
     """(hull lo, hull hi, widest window) of reduction axis `k` over the static data axes its
     bounds use, by enumeration; None if they use anything else or too many points."""
@@ -158,9 +143,10 @@ def _window(k: IterVar, data: Sequence[IterVar]) -> tuple[int, int, int] | None:
     grids = np.meshgrid(*[np.arange(lo, lo + n) for lo, n in zip(starts, exts, strict=True)],
                         indexing="ij")
     env = {a: g.ravel() for a, g in zip(dep, grids, strict=True)}
+    npts = math.prod(exts)
     try:
-        lo = np.broadcast_to(_int_eval(k.lo, env), (math.prod(exts),))
-        n = np.broadcast_to(_int_eval(k.extent, env), lo.shape)
+        lo = np.broadcast_to(int_eval(k.lo, env, npts), (npts,))
+        n = np.broadcast_to(int_eval(k.extent, env, npts), lo.shape)
     except TypeError:
         return None
     live = n > 0

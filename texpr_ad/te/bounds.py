@@ -374,8 +374,15 @@ ENUMERATE_MAX = 1 << 16  # points
 def enumerate_in_bounds(index: Expr, extent: Expr, known: Sequence[Expr]) -> bool | None:
     """`0 <= index < extent` at every point where `known` holds, by enumeration; None when the
     domain is symbolic, data-dependent or larger than ENUMERATE_MAX."""
+    return enumerate_holds(Call(Op.AND, (index >= 0, index < extent), "bool"), known)
+
+
+def enumerate_holds(cond: Expr, known: Sequence[Expr] = ()) -> bool | None:
+    """Whether bool `cond` holds at every point (of the axes it and `known` use) where `known`
+    holds, by enumeration; None when the domain is symbolic, data-dependent or larger than
+    ENUMERATE_MAX."""
     import numpy as np
-    exprs = [index, extent, *known]
+    exprs = [cond, *known]
     axes: set[IterVar] = set()
     todo = [x for e in exprs for x in walk(e) if isinstance(x, IterVar)]
     while todo:
@@ -389,8 +396,8 @@ def enumerate_in_bounds(index: Expr, extent: Expr, known: Sequence[Expr]) -> boo
     env: dict[Expr, Any] = {}
     npts = 1
     for a in sorted(axes, key=lambda v: v.uid):  # an axis' bounds use earlier axes only
-        lo = np.broadcast_to(_int_eval(a.lo, env, npts), (npts,))
-        cnt = np.maximum(np.broadcast_to(_int_eval(a.extent, env, npts), (npts,)), 0)
+        lo = np.broadcast_to(int_eval(a.lo, env, npts), (npts,))
+        cnt = np.maximum(np.broadcast_to(int_eval(a.extent, env, npts), (npts,)), 0)
         total = int(cnt.sum())
         if total > ENUMERATE_MAX:
             return None
@@ -401,13 +408,12 @@ def enumerate_in_bounds(index: Expr, extent: Expr, known: Sequence[Expr]) -> boo
         npts = total
     live = np.ones(npts, bool)
     for f in known:
-        val = _int_eval(f, env, npts)
+        val = int_eval(f, env, npts)
         live &= val.astype(bool) if f.dtype == "bool" else val >= 0
-    ix, n = _int_eval(index, env, npts), _int_eval(extent, env, npts)
-    return bool(np.all(((ix >= 0) & (ix < n)) | ~live))
+    return bool(np.all(np.broadcast_to(int_eval(cond, env, npts), (npts,)).astype(bool) | ~live))
 
 
-def _int_eval(e: Expr, env: dict[Expr, Any], npts: int) -> Any:
+def int_eval(e: Expr, env: dict[Expr, Any], npts: int) -> Any:
     """Integer/bool expression `e` at every enumerated point (eager selects, no division by 0)."""
     import numpy as np
     from .interp import NUMPY_IMPL
@@ -417,15 +423,15 @@ def _int_eval(e: Expr, env: dict[Expr, Any], npts: int) -> Any:
         case IterVar():
             return env[e]
         case Call(op=Op.CAST, args=(x,)):
-            v = _int_eval(x, env, npts)
+            v = int_eval(x, env, npts)
             return v.astype(bool) if e.dtype == "bool" else v.astype(np.int64)
         case Call(op=Op.SELECT, args=(c, x, y)):
-            return np.where(_int_eval(c, env, npts), _int_eval(x, env, npts), _int_eval(y, env, npts))
+            return np.where(int_eval(c, env, npts), int_eval(x, env, npts), int_eval(y, env, npts))
         case Call(op=Op.FLOORDIV | Op.FLOORMOD | Op.DIV, args=(x, y)):
-            d = _int_eval(y, env, npts)
-            return NUMPY_IMPL[e.op](_int_eval(x, env, npts), np.where(d == 0, 1, d))
+            d = int_eval(y, env, npts)
+            return NUMPY_IMPL[e.op](int_eval(x, env, npts), np.where(d == 0, 1, d))
         case Call(op=op, args=args):
-            return NUMPY_IMPL[op](*[_int_eval(x, env, npts) for x in args])
+            return NUMPY_IMPL[op](*[int_eval(x, env, npts) for x in args])
     raise TypeError(f"cannot enumerate `{e}`")
 
 
