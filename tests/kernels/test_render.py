@@ -217,6 +217,34 @@ def test_scatter_serial_when_no_axis_is_injective():
         render([T], [ids, g], mix={"parallel": True})
 
 
+def test_parallel_scatter_zeroes_each_iterations_slice_including_unwritten_rows():
+    """The scatter's target is allocated empty and each prange iteration zeroes the slice it
+    owns; rows no index reaches must read 0, also when the target is a workspace buffer that
+    the previous call left full (a 2 MiB intermediate here)."""
+    ids = te.placeholder((300,), "int32", name="ids")
+    g = te.placeholder((300, 512), "float32", name="g")
+    t = IterVar("t", const(0), const(300), "data")
+    d = IterVar("d", const(0), const(512), "data")
+    op = ScatterOp("acc", (const(1024), const(512)), "float32", (t, d), (ids[t], d), g[t, d],
+                   const(True))
+    acc = Tensor(op, 0, op.shape, "float32")
+    out = te.compute((1024, 512), lambda i, j: acc[i, j] * 2.0, name="out")
+    for target, inputs in ((acc, [ids, g]), (out, [ids, g])):
+        plan, src = render([target], inputs)
+        assert "acc = np.zeros" not in src and "acc.fill(0)" not in src
+        head = src.split("prange(")[1].split("for t in range")[0]  # before the first update
+        assert "acc_z0 in range(acc.shape[0]):" in head and "] = 0" in head, src
+    k = ta.build([out], [ids, g])
+    assert k.plan.workspace and k.plan.workspace[0].name == "acc"
+    rng = np.random.default_rng(0)
+    for _ in range(2):  # the second call finds the workspace full of the first call's sums
+        i = rng.integers(0, 500, 300).astype(np.int32)  # rows 500.. are never written
+        x = rng.standard_normal((300, 512)).astype(np.float32)
+        want = np.zeros((1024, 512), np.float32)
+        np.add.at(want, i, x)
+        np.testing.assert_allclose(k(i, x)[0], 2 * want, rtol=1e-6, atol=1e-6)
+
+
 # -- naming and determinism ---------------------------------------------------------------------------
 
 def test_source_is_deterministic_and_names_unique():

@@ -168,12 +168,18 @@ class CPURender(_Render):
                          f"{top(self.expr(st.bodies[0], env))}")
 
     def scatter(self, st: ScatterStage) -> None:
+        """Zero the target, then add each update over the loop nest.  A parallel scatter whose
+        axis spans its target dim zeroes each iteration's own slice in that iteration (in
+        parallel, and the first touch of a fresh page is by the thread that writes it)."""
         self.emit(1, f"# stage {st.name}: scatter-add, {st.strategy}")
         t = st.tensor
+        own = _owns_slices(st)
         if id(t) in self.ws:
-            self.emit(1, f"{self.tensor(t)}.fill(0)")
+            if not own:
+                self.emit(1, f"{self.tensor(t)}.fill(0)")
         else:
-            self.emit(1, f"{self.tensor(t)} = np.zeros({self.shape(st.shape)}, dtype=np.{_np_dtype(t.dtype)})")
+            alloc = "np.empty" if own else "np.zeros"
+            self.emit(1, f"{self.tensor(t)} = {alloc}({self.shape(st.shape)}, dtype=np.{_np_dtype(t.dtype)})")
         depth, serial = 1, st.order
         block = st.cpu.block if st.cpu is not None else 0
         if st.parallel_axis is not None and block:
@@ -181,6 +187,8 @@ class CPURender(_Render):
             b = self.names.fresh(f"{st.name}_b")
             self.parallel_head(1, b, str(-(-n // block)))
             depth = 2
+            if own:
+                self.zero_slice(depth, st, f"{b} * {block}:min({b} * {block} + {block}, {n})")
             for a in st.order[1:]:
                 self.range_loop(depth, a, {})
                 depth += 1
@@ -191,8 +199,24 @@ class CPURender(_Render):
         elif st.parallel_axis is not None:
             depth = self.parallel_nest(depth, st.order[:1], st.name)
             serial = st.order[1:]
+            if own:
+                self.zero_slice(depth, st, self.axis(st.parallel_axis))
         for d, idx, value in self.scatter_updates(depth, st, serial):
             self.emit(d, self.r.scatter_add.format(target=self.index(t, idx), value=value))
+
+    def zero_slice(self, depth: int, st: ScatterStage, sel: str) -> None:
+        """`target[..., sel, ...] = 0` (`sel` an index or a slice of the parallel dim), looping
+        over the dims before it."""
+        t, dim = self.tensor(st.tensor), st.parallel_dim
+        lead = []
+        for k in range(dim):
+            v = self.names.fresh(f"{st.name}_z{k}")
+            self.emit(depth, f"for {v} in range({t}.shape[{k}]):")
+            lead.append(v)
+            depth += 1
+        idx = ", ".join([*lead, sel])
+        fill = ":" not in sel and dim < len(st.shape) - 1  # a whole contiguous sub-array
+        self.emit(depth, f"{t}[{idx}].fill(0)" if fill else f"{t}[{idx}] = 0")
 
     # -- CPU-only plan features ----------------------------------------------------------------
     def joined(self, group: list[ComputeStage]) -> None:
@@ -419,6 +443,16 @@ class CPURender(_Render):
             self.emit(depth, f"for {k} in range(1, {chunks}):")
             self.combine(depth + 1, comb, [v], [f"{part}[{', '.join([k, *idx])}]"], [v], s_.name)
             self.finish(depth, s_, idx, v)
+
+
+def _owns_slices(st: ScatterStage) -> bool:
+    """Whether the parallel iterations of `st` together cover its target's parallel dim (the
+    axis starts at 0 and spans the dim), so each can zero its own slice."""
+    p = st.parallel_axis
+    if p is None or not _is_zero(p.lo):
+        return False
+    ext, dim = p.extent, st.shape[st.parallel_dim]
+    return isinstance(ext, Const) and isinstance(dim, Const) and ext.value == dim.value
 
 
 def _plain(group: Sequence[ComputeStage | ScatterStage]) -> bool:
