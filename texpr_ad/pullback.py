@@ -6,7 +6,7 @@
 
 Which forward tensors are saved and which are recomputed in the backward is decided per
 tensor by `schedule.residuals.choose` (outputs and reductions are saved; elementwise
-stages are recomputed); `fwd.explain()` prints each decision with its reason.  The residuals
+stages are recomputed, softmax's exp rebuilt from the saved output and sum); `fwd.explain()` prints each decision with its reason.  The residuals
 hold references to the arrays passed to `fwd` and to the outputs it returned: modifying them
 in place before calling `bwd` changes the gradient, as it would in PyTorch without its
 version counters.
@@ -21,7 +21,7 @@ import numpy as np
 from . import te
 from .deriv import grad
 from .errors import TexprError
-from .schedule.residuals import Decision, choose
+from .schedule.residuals import Decision, choose, rebuilt
 from .te.dag import placeholders, replace_inputs
 from .te.tensor import Tensor
 
@@ -60,7 +60,11 @@ class Pullback:
         self.saved = [d.tensor for d in self.decisions if d.save]
         self.extra = [t for t in self.saved if all(t is not o for o in self.outputs)]
         self.slots = [te.placeholder(t.shape, t.dtype, name=f"saved_{t.name}") for t in self.saved]
-        self.grads = replace_inputs(live, dict(zip(self.saved, self.slots, strict=True)))
+        images = dict(zip(self.saved, self.slots, strict=True))
+        for d in self.decisions:  # elementwise tensors rebuilt from saved ones (softmax's exp)
+            if d.rebuild is not None:
+                images[d.tensor] = rebuilt(d, images)
+        self.grads = replace_inputs(live, images)
         read = {id(p) for p in placeholders(self.grads)}
         self.input_positions = [k for k, x in enumerate(self.inputs) if id(x) in read]
         self._fwd: Any = None

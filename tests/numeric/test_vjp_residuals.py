@@ -76,3 +76,64 @@ def test_custom_op_forward_backward_with_residuals():
     np.testing.assert_allclose(y, op(a))
     with pytest.raises(ta.CustomOpError, match="rms.forward"):
         op.backward(object(), g)
+
+
+def _softmax(shift: bool, dtype: str = "float32"):
+    x = te.placeholder((4, 6), dtype, name="x")
+    k1, k2 = te.reduce_axis((0, 6), "k"), te.reduce_axis((0, 6), "k")
+    m = te.compute((4,), lambda i: te.max(x[i, k1], axis=k1), name="row_max")
+    e = te.compute((4, 6), lambda i, j: te.exp(x[i, j] - m[i]) if shift else te.exp(x[i, j]),
+                   name="e")
+    s = te.compute((4,), lambda i: te.sum(e[i, k2], axis=k2), name="row_sum")
+    return x, te.compute((4, 6), lambda i, j: e[i, j] / s[i], name="y")
+
+
+def test_softmax_exp_is_rebuilt_from_the_saved_output_and_sum():
+    """exp(x - max) is read back as y * sum (no exp, no input stream); float64 gradients match
+    central differences and the recompute-everything backward."""
+    x, y = _softmax(True, "float64")
+    fwd, bwd = ta.vjp([y], [x])
+    (d,) = [d for d in fwd.pullback.decisions if d.tensor.name == "e"]
+    assert not d.save and d.rebuild is not None and [t.name for t in d.rebuild] == ["y", "row_sum"]
+    assert "rebuild   e (4x6)" in fwd.explain()
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((4, 6))
+    h = rng.standard_normal((4, 6))
+    (ys,), res = fwd(a)
+    (g,) = bwd(res, h)
+    f0, b0 = ta.vjp([y], [x], save="none")
+    (g_none,) = b0(f0(a)[1], h)
+    np.testing.assert_allclose(g, g_none, rtol=1e-12, atol=1e-14)
+
+    def loss(xs):
+        return float(np.vdot(h, te.evaluate([y], {x: xs[0]})[0]))
+    assert grad_error(loss, [a], {0: g}, 1e-6, 2, rng) < 1e-6
+
+
+def test_rebuilt_exp_falls_back_where_the_sum_overflows():
+    """Unshifted softmax whose row sum overflows float32 (three exp(88) terms) while each term
+    is finite: y is 0 there and y * sum would be NaN, so that row recomputes exp."""
+    x, y = _softmax(False)
+    fwd, bwd = ta.vjp([y], [x])
+    assert any(d.rebuild for d in fwd.pullback.decisions), fwd.explain()
+    a = np.random.default_rng(4).standard_normal((4, 6)).astype(np.float32)
+    a[1, :3] = 88.0
+    h = np.random.default_rng(5).standard_normal((4, 6)).astype(np.float32)
+    (ys,), res = fwd(a)
+    assert np.isinf(np.exp(a[1].astype(np.float64)).sum().astype(np.float32)) and ys[1].max() == 0
+    (g,) = bwd(res, h)
+    f0, b0 = ta.vjp([y], [x], save="none")
+    (g_none,) = b0(f0(a)[1], h)
+    assert np.isfinite(g).all()
+    np.testing.assert_allclose(g, g_none, rtol=1e-6, atol=1e-7)
+
+
+def test_no_rebuild_when_the_sum_is_not_of_the_numerator():
+    """y = e / s with s summing a different tensor: |y| is not bounded, nothing is rebuilt."""
+    x = te.placeholder((4, 6), "float32", name="x")
+    k = te.reduce_axis((0, 6), "k")
+    e = te.compute((4, 6), lambda i, j: te.exp(x[i, j]), name="e")
+    s = te.compute((4,), lambda i: te.sum(x[i, k] * x[i, k], axis=k), name="s")
+    y = te.compute((4, 6), lambda i, j: e[i, j] / s[i], name="y")
+    fwd, _ = ta.vjp([y], [x])
+    assert not any(d.rebuild for d in fwd.pullback.decisions), fwd.explain()

@@ -242,7 +242,9 @@ def test_checkpointing_recomputes_the_first_layer(mlp_data, mlp_own) -> None:
     text = mod["main_adjoint"].script()
     # the checkpointed forward (dense, bias_add, gelu) is recomputed in the adjoint as *_cp
     recomputed = re.findall(r"(\w+_cp)\s*=\s*R\.call_tir\((?:cls\.)?(\w+),", text)
-    assert {"texpr_ad_dense", "texpr_ad_bias_add", "texpr_ad_gelu"} <= {f for _, f in recomputed}, \
+    # (a PrimFunc name gets a _N suffix when an earlier test in the process registered it)
+    assert {"texpr_ad_dense", "texpr_ad_bias_add", "texpr_ad_gelu"} <= {
+        re.sub(r"_\d+$", "", f) for _, f in recomputed}, \
         text
     plain = gradient(mlp_module(), list(range(5)))["main_adjoint"].script()
     assert "_cp" not in plain

@@ -15,7 +15,7 @@ def _decisions(p: Pullback) -> dict[str, bool]:
     return {d.tensor.name: d.save for d in p.decisions}
 
 
-def test_softmax_saves_output_and_row_reductions_and_recomputes_the_exponential():
+def test_softmax_saves_output_and_row_reductions_and_rebuilds_the_exponential():
     x = te.placeholder((8, 10), "float64", name="x")
     p = Pullback([ew.softmax(x)], [x])
     assert _decisions(p) == {"softmax": True, "softmax_expsum": True, "softmax_exp": False,
@@ -23,8 +23,14 @@ def test_softmax_saves_output_and_row_reductions_and_recomputes_the_exponential(
     assert p.extra and {t.name for t in p.extra} == {"softmax_expsum", "softmax_max_red1"}
     reasons = {d.tensor.name: d.reason for d in p.decisions}
     assert "output" in reasons["softmax"] and "reduction" in reasons["softmax_expsum"]
-    assert "elementwise" in reasons["softmax_exp"]
+    assert "rebuilt as softmax * softmax_expsum" in reasons["softmax_exp"]
+    (d,) = [d for d in p.decisions if d.tensor.name == "softmax_exp"]
+    assert [t.name for t in d.rebuild] == ["softmax", "softmax_expsum"]
     assert "save      softmax_expsum (8)" in p.explain()
+    # the backward reads it as saved_softmax * saved_softmax_expsum where that sum is finite
+    from texpr_ad.te.dag import topo_order
+    names = {t.name for t in topo_order(p.grads)}
+    assert {"softmax_exp_rebuilt", "saved_softmax", "saved_softmax_expsum"} <= names
 
 
 def test_an_arg_extreme_code_that_reads_no_cotangent_moves_into_the_forward():

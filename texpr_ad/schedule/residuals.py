@@ -11,6 +11,7 @@ forward tensors the adjoint reads, nearest first, and decides per tensor by one 
 | an output of the forward | save | the forward returns it anyway: no work, no extra memory |
 | a reduction (or scatter) | save | the forward materializes it anyway; recomputing repeats its whole reduction |
 | a reduction the adjoint computes from forward tensors alone (a max's tie count) | save | computed in the forward, so the backward does only the work that needs the cotangents |
+| elementwise `E = exp(...)`, an output `Y = E / S` with `S` a sum of `E` (softmax) | rebuild as `Y * S` | reads the saved `Y`, `S` instead of recomputing `exp` from the inputs; where `S` is not finite and positive the row recomputes `E` |
 | elementwise | recompute | a store in the forward and a load in the backward cost about what recomputing a few operations from its operands does; its forward operands become candidates in turn |
 
 `save="none"` recomputes everything (the backward reads only the inputs), `save="all"`
@@ -22,11 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Collection, Sequence
 
+from .. import te
 from ..errors import TexprError
-from ..te.dag import topo_order
-from ..te.expr import Read, Reduce
+from ..te.dag import replace_inputs, topo_order
+from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, ReduceKind
+from ..te.ops import Op
+from ..te.simplify import simplify
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
-from ..te.visit import walk
+from ..te.visit import transform, walk
 
 
 class ResidualError(TexprError, ValueError):
@@ -40,10 +44,12 @@ class Decision:
     tensor: Tensor
     save: bool
     reason: str
+    rebuild: tuple[Tensor, Tensor] | None = None  # (Y, S): recompute as Y * S (`rebuilt`)
 
     def __str__(self) -> str:
         shape = "x".join(str(s) for s in self.tensor.shape) or "scalar"
-        return f"{'save     ' if self.save else 'recompute'} {self.tensor.name} ({shape}): {self.reason}"
+        verb = "save     " if self.save else "rebuild  " if self.rebuild else "recompute"
+        return f"{verb} {self.tensor.name} ({shape}): {self.reason}"
 
 
 def _has_reduction(t: Tensor) -> bool:
@@ -70,6 +76,61 @@ RULES: tuple[Rule, ...] = (
     (lambda t, w: True, False,
      "elementwise: recomputing it from its operands costs about what a store and a load would"),
 )
+
+
+def _quotient_of(e: Tensor, outputs: Sequence[Tensor]) -> tuple[Tensor, Tensor] | None:
+    """(Y, S) for an output `Y[i] = E[i] / S[j]` where `E = exp(...)` and `S[j]` sums `E` over
+    one whole axis, `E[i]` among its terms (softmax): then `0 <= Y <= 1` and `E = Y * S`
+    wherever `S` is finite and positive."""
+    if not (isinstance(e.op, ComputeOp) and len(e.op.body) == 1
+            and isinstance(e.op.body[0], Call) and e.op.body[0].op is Op.EXP):
+        return None
+    for y in outputs:
+        body = y.op.body[0] if isinstance(y.op, ComputeOp) and len(y.op.body) == 1 else None
+        match body:
+            case Call(op=Op.DIV, args=(Read(tensor=t, indices=ie), Read(tensor=s, indices=js))) if (
+                    t is e and all(a.same_as(b) for a, b in zip(ie, y.op.axis, strict=True))
+                    and _sums_over_one_axis(s, e, js, y.op.axis)):
+                return y, s
+    return None
+
+
+def _sums_over_one_axis(s: Tensor, e: Tensor, js: tuple[Expr, ...], at: tuple[IterVar, ...]) -> bool:
+    """Whether `S[js] = sum_k E[...]` over one whole axis of E whose other indices are `at`."""
+    if not (isinstance(s.op, ComputeOp) and len(s.op.body) == 1):
+        return False
+    match s.op.body[0]:
+        case Reduce(combiner=c, source=(Read(tensor=t, indices=si),), axis=(k,), condition=cond) if (
+                c.kind is ReduceKind.SUM and t is e and _is(simplify(cond), True)):
+            put = dict(zip(s.op.axis, js, strict=True))
+            si = tuple(transform(x, lambda v: put.get(v) if isinstance(v, IterVar) else None)
+                       for x in si)
+            at_k = [d for d, x in enumerate(si) if x.same_as(k)]
+            return (len(at_k) == 1 and _is(simplify(k.lo), 0)
+                    and _is(simplify(k.extent - e.shape[at_k[0]]), 0)
+                    and all(x.same_as(a) for d, (x, a) in enumerate(zip(si, at)) if d != at_k[0]))
+    return False
+
+
+def _is(x: Expr, value: object) -> bool:
+    return isinstance(x, Const) and x.value == value and type(x.value) is type(value)
+
+
+def rebuilt(d: Decision, mapping: dict[Tensor, Tensor]) -> Tensor:
+    """The backward's image of a `rebuild` decision, over the saved tensors in `mapping`:
+    `Y * S` where `S` is finite and positive (a row-invariant test), else `E` recomputed."""
+    assert d.rebuild is not None
+    y, s = d.rebuild
+    (fallback,) = replace_inputs([d.tensor], mapping)
+    ys, ss = mapping[y], mapping[s]
+    js = y.op.body[0].args[1].indices  # type: ignore[union-attr]
+
+    def body(*i: IterVar) -> Expr:
+        put = dict(zip(y.op.axis, i, strict=True))
+        sv = ss[tuple(transform(x, lambda v: put.get(v) if isinstance(v, IterVar) else None)
+                      for x in js)]
+        return te.if_then_else(te.all(sv > 0.0, sv < float("inf")), ys[i] * sv, fallback[i])
+    return te.compute(d.tensor.shape, body, name=f"{d.tensor.name}_rebuilt")
 
 
 def _forward_reads(t: Tensor, fwd: set[int]) -> list[Tensor]:
@@ -139,6 +200,13 @@ def choose(outputs: Sequence[Tensor], adjoints: Sequence[Tensor], heads: Sequenc
             d = Decision(t, save == "all", f"save={save!r}")
         else:
             d = next(Decision(t, s, why) for test, s, why in RULES if test(t, where))
+            q = None if d.save else _quotient_of(t, outputs)
+            if q is not None:
+                d = Decision(t, False, f"the saved output {q[0].name} is it divided by "
+                             f"{q[1].name}, a sum of it: rebuilt as {q[0].name} * {q[1].name} "
+                             f"(no exp, no input read; recomputed in a row where {q[1].name} is "
+                             f"not finite and positive)", rebuild=q)
+                queue.extend(q)  # both must be saved: an output and a reduction
         decisions.append(d)
         if not d.save:
             queue.extend(r for r in _forward_reads(t, fwd) if id(r) not in done)
