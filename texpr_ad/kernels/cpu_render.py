@@ -168,27 +168,29 @@ class CPURender(_Render):
                          f"{top(self.expr(st.bodies[0], env))}")
 
     def scatter(self, st: ScatterStage) -> None:
-        """Zero the target, then add each update over the loop nest.  A parallel scatter whose
-        axis spans its target dim zeroes each iteration's own slice in that iteration (in
-        parallel, and the first touch of a fresh page is by the thread that writes it)."""
+        """Zero the target, then add each update over the loop nest.  A parallel scatter zeroes
+        in parallel: each iteration its own slice when that is whole contiguous sub-arrays (the
+        first touch of a fresh page by the thread that writes it), else a prange over dim 0."""
         self.emit(1, f"# stage {st.name}: scatter-add, {st.strategy}")
-        t = st.tensor
-        own = _owns_slices(st)
-        if id(t) in self.ws:
-            if not own:
-                self.emit(1, f"{self.tensor(t)}.fill(0)")
-        else:
-            alloc = "np.empty" if own else "np.zeros"
-            self.emit(1, f"{self.tensor(t)} = {alloc}({self.shape(st.shape)}, dtype=np.{_np_dtype(t.dtype)})")
-        depth, serial = 1, st.order
+        t, name = st.tensor, self.tensor(st.tensor)
         block = st.cpu.block if st.cpu is not None else 0
+        own = not block and _owns_slices(st) and st.parallel_dim < len(st.shape) - 1
+        split = st.parallel_axis is not None and len(st.shape) > 0 and not own
+        if id(t) not in self.ws:
+            alloc = "np.empty" if own or split else "np.zeros"
+            self.emit(1, f"{name} = {alloc}({self.shape(st.shape)}, dtype=np.{_np_dtype(t.dtype)})")
+        elif not (own or split):
+            self.emit(1, f"{name}.fill(0)")
+        if split:
+            z = self.names.fresh(f"{st.name}_z")
+            self.parallel_head(1, z, f"{name}.shape[0]")
+            self.emit(2, f"{name}[{z}].fill(0)" if len(st.shape) > 1 else f"{name}[{z}] = 0")
+        depth, serial = 1, st.order
         if st.parallel_axis is not None and block:
             p, n = st.parallel_axis, int(st.parallel_axis.extent.value)  # type: ignore[attr-defined]
             b = self.names.fresh(f"{st.name}_b")
             self.parallel_head(1, b, str(-(-n // block)))
             depth = 2
-            if own:
-                self.zero_slice(depth, st, f"{b} * {block}:min({b} * {block} + {block}, {n})")
             for a in st.order[1:]:
                 self.range_loop(depth, a, {})
                 depth += 1
@@ -204,9 +206,8 @@ class CPURender(_Render):
         for d, idx, value in self.scatter_updates(depth, st, serial):
             self.emit(d, self.r.scatter_add.format(target=self.index(t, idx), value=value))
 
-    def zero_slice(self, depth: int, st: ScatterStage, sel: str) -> None:
-        """`target[..., sel, ...] = 0` (`sel` an index or a slice of the parallel dim), looping
-        over the dims before it."""
+    def zero_slice(self, depth: int, st: ScatterStage, var: str) -> None:
+        """`target[..., var].fill(0)`, looping over the dims before the parallel one."""
         t, dim = self.tensor(st.tensor), st.parallel_dim
         lead = []
         for k in range(dim):
@@ -214,9 +215,7 @@ class CPURender(_Render):
             self.emit(depth, f"for {v} in range({t}.shape[{k}]):")
             lead.append(v)
             depth += 1
-        idx = ", ".join([*lead, sel])
-        fill = ":" not in sel and dim < len(st.shape) - 1  # a whole contiguous sub-array
-        self.emit(depth, f"{t}[{idx}].fill(0)" if fill else f"{t}[{idx}] = 0")
+        self.emit(depth, f"{t}[{', '.join([*lead, var])}].fill(0)")
 
     # -- CPU-only plan features ----------------------------------------------------------------
     def joined(self, group: list[ComputeStage]) -> None:
