@@ -102,14 +102,18 @@ def _sums_over_one_axis(s: Tensor, e: Tensor, js: tuple[Expr, ...], at: tuple[It
     match s.op.body[0]:
         case Reduce(combiner=c, source=(Read(tensor=t, indices=si),), axis=(k,), condition=cond) if (
                 c.kind is ReduceKind.SUM and t is e and _is(simplify(cond), True)):
-            put = dict(zip(s.op.axis, js, strict=True))
-            si = tuple(transform(x, lambda v: put.get(v) if isinstance(v, IterVar) else None)
-                       for x in si)
+            si = _put(si, dict(zip(s.op.axis, js, strict=True)))
             at_k = [d for d, x in enumerate(si) if x.same_as(k)]
             return (len(at_k) == 1 and _is(simplify(k.lo), 0)
                     and _is(simplify(k.extent - e.shape[at_k[0]]), 0)
                     and all(x.same_as(a) for d, (x, a) in enumerate(zip(si, at)) if d != at_k[0]))
     return False
+
+
+def _put(exprs: tuple[Expr, ...], axes: dict[IterVar, Expr]) -> tuple[Expr, ...]:
+    """`exprs` with the axes in `axes` replaced by their images."""
+    return tuple(transform(x, lambda v: axes.get(v) if isinstance(v, IterVar) else None)
+                 for x in exprs)
 
 
 def _is(x: Expr, value: object) -> bool:
@@ -126,9 +130,7 @@ def rebuilt(d: Decision, mapping: dict[Tensor, Tensor]) -> Tensor:
     js = y.op.body[0].args[1].indices  # type: ignore[union-attr]
 
     def body(*i: IterVar) -> Expr:
-        put = dict(zip(y.op.axis, i, strict=True))
-        sv = ss[tuple(transform(x, lambda v: put.get(v) if isinstance(v, IterVar) else None)
-                      for x in js)]
+        sv = ss[_put(js, dict(zip(y.op.axis, i, strict=True)))]
         return te.if_then_else(te.all(sv > 0.0, sv < float("inf")), ys[i] * sv, fallback[i])
     return te.compute(d.tensor.shape, body, name=f"{d.tensor.name}_rebuilt")
 
