@@ -174,7 +174,7 @@ class CPURender(_Render):
         self.emit(1, f"# stage {st.name}: scatter-add, {st.strategy}")
         t, name = st.tensor, self.tensor(st.tensor)
         block = st.cpu.block if st.cpu is not None else 0
-        own = not block and _owns_slices(st) and st.parallel_dim < len(st.shape) - 1
+        own = not block and _owns_slices(st)
         split = st.parallel_axis is not None and len(st.shape) > 0 and not own
         if id(t) not in self.ws:
             alloc = "np.empty" if own or split else "np.zeros"
@@ -445,10 +445,11 @@ class CPURender(_Render):
 
 
 def _owns_slices(st: ScatterStage) -> bool:
-    """Whether the parallel iterations of `st` together cover its target's parallel dim (the
-    axis starts at 0 and spans the dim), so each can zero its own slice."""
+    """Whether each parallel iteration of `st` can zero its own slice: whole sub-arrays (the
+    parallel dim is not the last) that together cover the target (the axis starts at 0 and
+    spans the dim)."""
     p = st.parallel_axis
-    if p is None or not _is_zero(p.lo):
+    if p is None or not _is_zero(p.lo) or st.parallel_dim == len(st.shape) - 1:
         return False
     ext, dim = p.extent, st.shape[st.parallel_dim]
     return isinstance(ext, Const) and isinstance(dim, Const) and ext.value == dim.value
