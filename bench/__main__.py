@@ -330,7 +330,9 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
 
 
 def blas_line(torch: Any) -> str:
-    """Which BLAS kernels each side runs (an environment's OPENBLAS_CORETYPE changes ours)."""
+    """Which matrix-product kernels each side runs (an environment's OPENBLAS_CORETYPE changes
+    NumPy's BLAS; float32 contractions run on texpr_ad's own kernel where it is enabled)."""
+    from texpr_ad.kernels import gemm_f32
     try:
         from threadpoolctl import threadpool_info
         libs = [f"{i['internal_api']} {i.get('version')} ({i.get('architecture')} kernels)"
@@ -338,7 +340,10 @@ def blas_line(torch: Any) -> str:
     except ImportError:
         libs = ["unknown (no threadpoolctl)"]
     pinned = os.environ.get("OPENBLAS_CORETYPE")
-    return (f"numpy BLAS: {', '.join(libs) or 'none found'}"
+    mode = os.environ.get("TEXPR_AD_GEMM", "auto")
+    ours = "texpr_ad AVX-512 GEMM" if gemm_f32.enabled() else "numpy BLAS"
+    return (f"texpr_ad float32 contractions: {ours} (TEXPR_AD_GEMM={mode}); "
+            f"numpy BLAS: {', '.join(libs) or 'none found'}"
             + (f", pinned by OPENBLAS_CORETYPE={pinned}" if pinned else "")
             + f"; torch oneDNN: {'on' if torch.backends.mkldnn.is_available() else 'off'}")
 

@@ -1,6 +1,6 @@
 """Issue 15, item 3: texpr_ad manages BLAS threads around its own contraction stages.
 
-Inside `blas_matmul` every loaded BLAS library runs on one thread (texpr_ad splits the product
+Inside `stack_matmul` every loaded BLAS library runs on one thread (texpr_ad splits the product
 over its own threads); the caller's count is restored afterwards, also after concurrent and
 failing calls, and a fresh process with the default environment (no OPENBLAS_NUM_THREADS)
 runs the kernels correctly and keeps NumPy's BLAS thread count.
@@ -33,12 +33,12 @@ def _matmul_kernel(n: int = 96, dtype: str = "float64"):
     X = te.placeholder((n, n), dtype, name="X")
     k = te.reduce_axis((0, n), name="k")
     Y = te.compute((n, n), lambda i, j: te.sum(X[i, k] * X[k, j], axis=k), name="Y")
-    return ta.build([Y], [X])  # n**3 >= 2**18: blas_matmul splits it over Numba's threads
+    return ta.build([Y], [X])  # n**3 >= 2**18: stack_matmul splits it over Numba's threads
 
 
 @pytest.fixture
 def seen(monkeypatch):
-    """The BLAS thread counts each np.matmul inside `blas_matmul` ran with."""
+    """The BLAS thread counts each np.matmul inside `stack_matmul` ran with."""
     log: list[list[int]] = []
 
     def matmul(*args, **kw):

@@ -1,6 +1,6 @@
 """The thread count of NumPy's BLAS while texpr_ad's own contraction stages run.
 
-`numba_cpu.blas_matmul` splits a product over `numba.get_num_threads()` Python threads, each a
+`numba_cpu.stack_matmul` splits a product over `numba.get_num_threads()` Python threads, each a
 BLAS call.  Where BLAS runs its own thread pool as well (OpenBLAS's default: one thread per
 core), the two pools oversubscribe the cores, and OpenBLAS's workers keep spinning after each
 call and take the cores from the Numba loops of the next stage (measured on 2 cores at

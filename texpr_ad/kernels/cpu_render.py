@@ -315,7 +315,7 @@ class CPURender(_Render):
         else:
             self.emit(2, f"{res} = np.empty(({bs}, {ms}, {ns}), dtype={out}.dtype)")
         # one BLAS call per batch entry or row block (NumPy's stacked matmul may not reach BLAS)
-        self.emit(2, f"blas_matmul({ops[0]}, {ops[1]}, {res})")
+        self.emit(2, f"stack_matmul({ops[0]}, {ops[1]}, {res})")
         if c.out_perm is not None:
             self.emit(2, f"{out}[...] = {res}.reshape({self.shape(c.bmn_shape)})"
                          f".transpose({c.out_perm!r})")

@@ -16,7 +16,7 @@ import numpy as np
 from ..schedule.plan import Plan
 from ..te import dtype as dt
 from ..te.ops import Op
-from . import blas_threads, cache, threads
+from . import blas_threads, cache, gemm_f32, threads
 from .cpu_render import CPURender
 from .render import EXPR_RULES, KERNEL_NAME, Renderer, Rule, _one
 
@@ -55,7 +55,7 @@ class CPURenderer(Renderer):
 
     target = "cpu"
     header = ("import math", "import numpy as np", "from numba import njit, objmode, prange",
-              "from texpr_ad.kernels.numba_cpu import blas_matmul",
+              "from texpr_ad.kernels.numba_cpu import stack_matmul",
               "from texpr_ad.kernels.vecmath import exp_f32, fmax, fmaximum, fmin, fminimum, radd, "
               "tanh_f32  "
               f"# vecmath {_VECMATH}")
@@ -104,15 +104,20 @@ _POOL: list = []  # one ThreadPoolExecutor, created on first use
 os.register_at_fork(after_in_child=_POOL.clear)  # its threads do not exist in a forked child
 
 
-def blas_matmul(a: Any, b: Any, out: Any) -> None:
-    """`out[q] = a[q] @ b[q]` for 3-d stacks, on `numba.get_num_threads()` Python threads.
+def stack_matmul(a: Any, b: Any, out: Any) -> None:
+    """`out[q] = a[q] @ b[q]` for 3-d stacks: the runtime of "contraction" stages (called in
+    object mode).
 
-    Runtime support of the "contraction -> BLAS" stages (called in object mode).  NumPy
-    releases the GIL inside BLAS, so the pieces (whole batch entries, or row blocks of a
-    single product) run in parallel with the same thread count as the Numba loops, each
-    on a single-threaded BLAS (`blas_threads.single_threaded`: measured faster than one
-    call on BLAS's own threads, whose workers then spin into the next Numba loop).
+    float32 products run on texpr_ad's own AVX-512 kernel where `gemm_f32.handles` them (it
+    says why), on Numba's threads.  Others go through NumPy's BLAS on
+    `numba.get_num_threads()` Python threads: NumPy releases the GIL inside BLAS, so the pieces
+    (whole batch entries, or row blocks of a single product) run in parallel, each on a
+    single-threaded BLAS (`blas_threads.single_threaded`: measured faster than one call on
+    BLAS's own threads, whose workers then spin into the next Numba loop).
     """
+    if gemm_f32.handles(a, b, out):
+        gemm_f32.matmul(a, b, out)
+        return
     with blas_threads.single_threaded():
         _split_matmul(a, b, out)
 

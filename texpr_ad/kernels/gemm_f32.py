@@ -1,0 +1,232 @@
+"""texpr_ad's own float32 matrix product for AVX-512 CPUs: a register-tiled micro-kernel.
+
+Contraction stages (`cpu_render.contraction`) call `numba_cpu.stack_matmul`, which runs float32
+products here when `enabled()`, and through NumPy's BLAS otherwise.  Why: NumPy's OpenBLAS picks
+its kernels by CPU type, and where the environment pins it lower (`OPENBLAS_CORETYPE=Haswell`,
+as on this project's machines) or the build predates the CPU, it runs 256-bit AVX2 code on a
+512-bit machine.  Measured on 2 Zen 5 cores, conv2d's three GEMMs (64x576x3136 per image and
+its two transposes): OpenBLAS Haswell 180-195 GF/s, OpenBLAS SkylakeX (unpinned) 300-355 GF/s,
+this kernel: see `bench/gemm.py`.
+
+Layout (Goto/BLIS, with B read in place):
+
+* work items, run in a `prange`: (batch entry, group of up to MC rows, group of columns);
+* each item walks k in chunks of KC, packs A[rows, chunk] into MR-row panels (MR floats per
+  k step, contiguous), and for each NR-wide column block runs the micro-kernel on every panel;
+  the block of B (KC x NR floats, L1/L2-resident) is read in place where B's rows are
+  contiguous and the block is whole, and from a zero-padded packed copy otherwise;
+* the micro-kernel (`_tile`, LLVM IR through `numba.extending.intrinsic`) keeps the MR x NR
+  result in MR * NR / 16 zmm registers: per k step NR / 16 vector loads of B, MR broadcasts
+  of A and MR * NR / 16 fused multiply-adds; it stores the tile, or adds it to C after the
+  first chunk.  Row and column tails go through a small tile buffer.
+
+Results differ from BLAS only by summation order (fused multiply-adds, KC-chunked sums).
+`TEXPR_AD_GEMM=blas` turns it off, `=native` on regardless of the CPU.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+from numba import get_num_threads, njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+MR, NV = 6, 4           # micro-tile rows, and zmm vectors per row (24 accumulators)
+W = 16                  # float32 lanes in a zmm register
+NR = NV * W             # micro-tile columns
+KC = 256                # k chunk: an A panel is KC*MR*4 = 6 KiB, a B block KC*NR*4 = 64 KiB
+MC = 64 * MR            # most rows per work item: a packed A chunk is at most 384 KiB (L2)
+MIN_FLOPS = 1 << 20     # smaller products go to BLAS (the prange launch would dominate)
+
+_MODES = ("auto", "native", "blas")
+
+
+@functools.cache
+def enabled() -> bool:
+    """Whether float32 products run here: `TEXPR_AD_GEMM` (auto, native or blas), where auto
+    means the host CPU has AVX-512F."""
+    mode = os.environ.get("TEXPR_AD_GEMM", "auto").strip().lower() or "auto"
+    if mode not in _MODES:
+        raise ValueError(f"TEXPR_AD_GEMM={mode!r}: expected one of {', '.join(_MODES)}")
+    if mode != "auto":
+        return mode == "native"
+    import llvmlite.binding as ll
+    return "+avx512f" in ll.get_host_cpu_features().flatten().split(",")
+
+
+def handles(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+    """Whether `matmul(a, b, out)` is the kernel for this product (float32, large enough)."""
+    if not (a.dtype == b.dtype == out.dtype == np.float32):
+        return False
+    nb, m, k = a.shape
+    return 2 * nb * m * k * b.shape[2] >= MIN_FLOPS and enabled()
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """`out[q] = a[q] @ b[q]` for float32 stacks of any strides."""
+    gemm = _compiled()
+    if out.strides[2] != 4:
+        tmp = np.empty(out.shape, np.float32)
+        gemm(a, b, tmp, get_num_threads())
+        out[...] = tmp
+        return
+    gemm(a, b, out, get_num_threads())
+
+
+@functools.cache
+def _compiled() -> Any:
+    """`_gemm` compiled once, for any-layout float32 stacks (loaded from Numba's disk cache
+    after the first process); C-contiguous arguments convert to it instead of compiling anew."""
+    src, dst = (types.Array(types.float32, 3, "A", readonly=ro) for ro in (True, False))
+    _gemm.compile((src, src, dst, types.intp))
+    _gemm.disable_compile()
+    return _gemm
+
+
+@intrinsic
+def _tile(typingctx, a, a_ps, a_is, b, ldb, kc, c, ldc, accumulate):  # type: ignore[no-untyped-def]
+    """c[i*ldc + j] (+)= sum_p a[p*a_ps + i*a_is] * b[p*ldb + j] for i < MR, j < NR.
+
+    `a`, `b`, `c` are addresses of float32 data, the strides count elements; the sum is added
+    to c when `accumulate`, stored otherwise."""
+    sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp,
+                     types.intp, types.intp, types.boolean)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        a_at, a_ps, a_is, b_at, ldb, kc, c_at, ldc, acc_flag = args
+        f32 = ir.FloatType()
+        vty = ir.VectorType(f32, W)
+        pa, pb, pc = (builder.inttoptr(x, f32.as_pointer()) for x in (a_at, b_at, c_at))
+        idx = ir.IntType(64)
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty] * 3),
+                                             f"llvm.fma.v{W}f32")
+
+        def vec(base, i, off):  # type: ignore[no-untyped-def]
+            return builder.bitcast(builder.gep(base, [builder.add(i, idx(off))]), vty.as_pointer())
+
+        zero = ir.Constant(vty, [0.0] * W)
+        acc = [[cgutils.alloca_once_value(builder, zero) for _ in range(NV)] for _ in range(MR)]
+        crow = [builder.mul(idx(i), ldc) for i in range(MR)]
+        arow = [builder.mul(idx(i), a_is) for i in range(MR)]
+        with builder.if_then(acc_flag):
+            for i in range(MR):
+                for v in range(NV):
+                    builder.store(builder.load(vec(pc, crow[i], v * W), align=4), acc[i][v])
+        lanes0 = ir.Constant(ir.VectorType(ir.IntType(32), W), [0] * W)
+        with cgutils.for_range(builder, kc) as loop:
+            p = loop.index
+            bv = [builder.load(vec(pb, builder.mul(p, ldb), v * W), align=4) for v in range(NV)]
+            ak = builder.mul(p, a_ps)
+            for i in range(MR):
+                s = builder.load(builder.gep(pa, [builder.add(ak, arow[i])]))
+                sv = builder.insert_element(ir.Constant(vty, ir.Undefined), s, ir.IntType(32)(0))
+                sv = builder.shuffle_vector(sv, ir.Constant(vty, ir.Undefined), lanes0)
+                for v in range(NV):
+                    builder.store(builder.call(fma, [sv, bv[v], builder.load(acc[i][v])]), acc[i][v])
+        for i in range(MR):
+            for v in range(NV):
+                builder.store(builder.load(acc[i][v]), vec(pc, crow[i], v * W), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(cache=True)
+def _pack_a(aq, r0, rows, pc, kc, ap):  # type: ignore[no-untyped-def]
+    """ap[(ib*kc + p)*MR + i] = aq[r0 + ib*MR + i, pc + p] for the panels ib of `rows` rows,
+    zero beyond them."""
+    for ib in range((rows + MR - 1) // MR):
+        base = ib * kc * MR
+        for p in range(kc):
+            for i in range(MR):
+                r = ib * MR + i
+                ap[base + p * MR + i] = aq[r0 + r, pc + p] if r < rows else 0.0
+
+
+@njit(cache=True)
+def _pack_b(bq, pc, kc, j0, cols, bt):  # type: ignore[no-untyped-def]
+    """bt[p, j] = bq[pc + p, j0 + j] for j < cols, zero to NR."""
+    for p in range(kc):
+        for j in range(NR):
+            bt[p, j] = bq[pc + p, j0 + j] if j < cols else 0.0
+
+
+@njit(cache=True)
+def _item(aq, bq, cq, r0, rows, j0, j1, ap, bt, tile):  # type: ignore[no-untyped-def]
+    """cq[r0:r0+rows, j0:j1] = aq[r0:r0+rows] @ bq[:, j0:j1].
+
+    Whole MR-row panels of A are read in place where A's rows are contiguous (a tail panel,
+    or a strided A, is packed into `ap`); whole NR-column blocks of B likewise (a tail block,
+    or a strided B, is packed into `bt`)."""
+    k = aq.shape[1]
+    lda, ldb, ldc = aq.strides[0] // 4, bq.strides[0] // 4, cq.strides[0] // 4
+    a_in_place, b_in_place = aq.strides[1] == 4, bq.strides[1] == 4
+    n_panels = (rows + MR - 1) // MR
+    full = rows // MR if a_in_place else 0  # panels read in place
+    a0, b0, c0 = aq.ctypes.data, bq.ctypes.data, cq.ctypes.data
+    ap0, bt0, t0 = ap.ctypes.data, bt.ctypes.data, tile.ctypes.data
+    for pc in range(0, k, KC):
+        kc = min(KC, k - pc)
+        first = pc == 0
+        if full < n_panels:
+            _pack_a(aq, r0 + full * MR, rows - full * MR, pc, kc, ap)
+        for jb in range(j0, j1, NR):
+            cols = min(NR, j1 - jb)
+            if b_in_place and cols == NR:
+                b_at, b_ld = b0 + 4 * (pc * ldb + jb), ldb
+            else:
+                _pack_b(bq, pc, kc, jb, cols, bt)
+                b_at, b_ld = bt0, NR
+            for ib in range(n_panels):
+                i0 = r0 + ib * MR
+                if ib < full:
+                    a_at, a_ps, a_is = a0 + 4 * (i0 * lda + pc), 1, lda
+                else:
+                    a_at, a_ps, a_is = ap0 + 4 * (ib - full) * kc * MR, MR, 1
+                mr = min(MR, r0 + rows - i0)
+                if mr == MR and cols == NR:
+                    _tile(a_at, a_ps, a_is, b_at, b_ld, kc, c0 + 4 * (i0 * ldc + jb), ldc,
+                          not first)
+                    continue
+                _tile(a_at, a_ps, a_is, b_at, b_ld, kc, t0, NR, False)
+                for i in range(mr):
+                    for j in range(cols):
+                        if first:
+                            cq[i0 + i, jb + j] = tile[i, j]
+                        else:
+                            cq[i0 + i, jb + j] += tile[i, j]
+
+
+@njit(parallel=True, cache=True)
+def _gemm(a, b, c, threads):  # type: ignore[no-untyped-def]
+    """c[q] = a[q] @ b[q]; c's rows contiguous.  Items: (q, row group, column group)."""
+    nb, m, k = a.shape
+    n = b.shape[2]
+    if nb == 0 or m == 0 or n == 0:
+        return
+    if k == 0:
+        c[...] = 0.0
+        return
+    # rows first (each item reads its rows of A once), as many groups as threads need,
+    # each at most MC rows; then columns where the batch and rows give too few items
+    n_rg = max((m + MC - 1) // MC, min((threads + nb - 1) // nb, (m + MR - 1) // MR))
+    rows = ((m + n_rg - 1) // n_rg + MR - 1) // MR * MR
+    n_rg = (m + rows - 1) // rows
+    n_cb = (n + NR - 1) // NR
+    n_cg = min(n_cb, (threads + nb * n_rg - 1) // (nb * n_rg))
+    per_cg = (n_cb + n_cg - 1) // n_cg * NR
+    n_cg = (n + per_cg - 1) // per_cg
+    for it in prange(nb * n_rg * n_cg):
+        q = it // (n_rg * n_cg)
+        rg = it // n_cg % n_rg
+        cg = it % n_cg
+        ap = np.empty(rows * KC, np.float32)
+        bt = np.empty((KC, NR), np.float32)
+        tile = np.empty((MR, NR), np.float32)
+        r0 = rg * rows
+        _item(a[q], b[q], c[q], r0, min(rows, m - r0), cg * per_cg, min(n, (cg + 1) * per_cg),
+              ap, bt, tile)
