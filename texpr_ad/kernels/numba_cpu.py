@@ -16,7 +16,7 @@ import numpy as np
 from ..schedule.plan import Plan
 from ..te import dtype as dt
 from ..te.ops import Op
-from . import blas_threads, cache, gemm_f32, threads
+from . import blas_threads, cache, threads
 from .cpu_render import CPURender
 from .render import EXPR_RULES, KERNEL_NAME, Renderer, Rule, _one
 
@@ -115,6 +115,7 @@ def stack_matmul(a: Any, b: Any, out: Any) -> None:
     single-threaded BLAS (`blas_threads.single_threaded`: measured faster than one call on
     BLAS's own threads, whose workers then spin into the next Numba loop).
     """
+    from . import gemm_f32  # imports numba: not at module level (rendering must not)
     if gemm_f32.handles(a, b, out):
         gemm_f32.matmul(a, b, out)
         return
