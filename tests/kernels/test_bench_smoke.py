@@ -40,3 +40,14 @@ def test_bench_cuda_target_reports_instead_of_crashing(tmp_path):
     res = _bench(tmp_path, "--only", "reduce_sum", "--target", "cuda")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "reduce_sum" in res.stdout
+
+
+def test_bench_gemm_runs_every_product(tmp_path):
+    """`python -m bench.gemm` checks its kernel's results against BLAS's and prints each row."""
+    env = dict(os.environ, TEXPR_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    res = subprocess.run([sys.executable, "-m", "bench.gemm", "--repeat", "1"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    from bench.gemm import CASES
+    for name, *_ in CASES:
+        assert any(line.startswith(name + " ") for line in res.stdout.splitlines()), name

@@ -4,23 +4,25 @@ Contraction stages (`cpu_render.contraction`) call `numba_cpu.stack_matmul`, whi
 products here when `enabled()`, and through NumPy's BLAS otherwise.  Why: NumPy's OpenBLAS picks
 its kernels by CPU type, and where the environment pins it lower (`OPENBLAS_CORETYPE=Haswell`,
 as on this project's machines) or the build predates the CPU, it runs 256-bit AVX2 code on a
-512-bit machine.  Measured on 2 Zen 5 cores, conv2d's three GEMMs (64x576x3136 per image and
-its two transposes): OpenBLAS Haswell 180-195 GF/s, OpenBLAS SkylakeX (unpinned) 300-355 GF/s,
-this kernel: see `bench/gemm.py`.
+512-bit machine.  Measured on 2 Zen 5 cores (`python -m bench.gemm` prints both, same run) on
+conv2d's three GEMMs (64x576x3136 per image and its two transposes): OpenBLAS Haswell 180-195
+GF/s, OpenBLAS SkylakeX (unpinned) 300-355 GF/s, this kernel 300-460 GF/s.
 
-Layout (Goto/BLIS, with B read in place):
+Layout (Goto/BLIS, with both operands read in place where they can be):
 
-* work items, run in a `prange`: (batch entry, group of up to MC rows, group of columns);
-* each item walks k in chunks of KC, packs A[rows, chunk] into MR-row panels (MR floats per
-  k step, contiguous), and for each NR-wide column block runs the micro-kernel on every panel;
-  the block of B (KC x NR floats, L1/L2-resident) is read in place where B's rows are
-  contiguous and the block is whole, and from a zero-padded packed copy otherwise;
+* work items, run in a `prange`: (batch entry, group of up to MC rows, group of columns), rows
+  first, so that each item reads its rows of A once;
+* each item walks k in equal chunks of at most KC; for each NR-wide column block of its group
+  it runs the micro-kernel on every MR-row panel of its rows.  A panel is read in place where
+  A's rows are contiguous (else, and for a row tail, from a zero-padded packed copy, MR floats
+  per k step); the block of B (chunk x NR floats, L2-resident) likewise where B's rows are
+  contiguous and the block is whole;
 * the micro-kernel (`_tile`, LLVM IR through `numba.extending.intrinsic`) keeps the MR x NR
   result in MR * NR / 16 zmm registers: per k step NR / 16 vector loads of B, MR broadcasts
   of A and MR * NR / 16 fused multiply-adds; it stores the tile, or adds it to C after the
-  first chunk.  Row and column tails go through a small tile buffer.
+  first chunk.  Tiles cut by a row or column tail go through a small tile buffer.
 
-Results differ from BLAS only by summation order (fused multiply-adds, KC-chunked sums).
+Results differ from BLAS only by summation order (fused multiply-adds, chunked sums).
 `TEXPR_AD_GEMM=blas` turns it off, `=native` on regardless of the CPU.
 """
 from __future__ import annotations
@@ -38,8 +40,8 @@ from numba.extending import intrinsic
 MR, NV = 6, 4           # micro-tile rows, and zmm vectors per row (24 accumulators)
 W = 16                  # float32 lanes in a zmm register
 NR = NV * W             # micro-tile columns
-KC = 256                # k chunk: an A panel is KC*MR*4 = 6 KiB, a B block KC*NR*4 = 64 KiB
-MC = 64 * MR            # most rows per work item: a packed A chunk is at most 384 KiB (L2)
+KC = 320                # most k per chunk (k splits into equal chunks): a B block is at most 80 KiB
+MC = 64 * MR            # most rows per work item: a packed A chunk is at most 480 KiB (L2)
 MIN_FLOPS = 1 << 20     # smaller products go to BLAS (the prange launch would dominate)
 
 _MODES = ("auto", "native", "blas")
@@ -169,8 +171,9 @@ def _item(aq, bq, cq, r0, rows, j0, j1, ap, bt, tile):  # type: ignore[no-untype
     full = rows // MR if a_in_place else 0  # panels read in place
     a0, b0, c0 = aq.ctypes.data, bq.ctypes.data, cq.ctypes.data
     ap0, bt0, t0 = ap.ctypes.data, bt.ctypes.data, tile.ctypes.data
-    for pc in range(0, k, KC):
-        kc = min(KC, k - pc)
+    step = (k + (k + KC - 1) // KC - 1) // ((k + KC - 1) // KC)  # equal chunks of at most KC
+    for pc in range(0, k, step):
+        kc = min(step, k - pc)
         first = pc == 0
         if full < n_panels:
             _pack_a(aq, r0 + full * MR, rows - full * MR, pc, kc, ap)
