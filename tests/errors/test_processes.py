@@ -29,13 +29,19 @@ SCRIPT = textwrap.dedent('''
     k = te.reduce_axis((0, 64), name="k")
     Y = te.compute((64, 64), lambda i, j: te.sum(X[i, k] * X[k, j], axis=k), name="Y")
     scale, mm = ta.build([B], [A]), ta.build([Y], [X])  # mm: a BLAS stage on Python threads
+    X32 = te.placeholder((128, 128), "float32", name="X32")
+    k32 = te.reduce_axis((0, 128), name="k32")
+    Y32 = te.compute((128, 128), lambda i, j: te.sum(X32[i, k32] * X32[k32, j], axis=k32), name="Y32")
+    mm32 = ta.build([Y32], [X32])  # float32: texpr_ad's own GEMM (TEXPR_AD_GEMM=native), a prange
     x = np.arange(n, dtype="float64")
     m = np.random.default_rng(0).random((64, 64))
+    m32 = m.astype("float32").repeat(2, 0).repeat(2, 1)
 
     def work(_=None):
         for _ in range(10):
             assert (scale(x)[0] == x * 2 + 1).all()
             assert np.allclose(mm(m)[0], m @ m)
+            assert np.allclose(mm32(m32)[0], m32.astype("float64") @ m32, rtol=1e-4, atol=1e-3)
         return 1
 
     work()                               # the parent runs parallel kernels first
@@ -50,7 +56,8 @@ SCRIPT = textwrap.dedent('''
 
 
 def _run(layer: str, tmp_path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TEXPR_CACHE_DIR": str(tmp_path / "cache"), "NUMBA_NUM_THREADS": "2"}
+    env = {**os.environ, "TEXPR_CACHE_DIR": str(tmp_path / "cache"), "NUMBA_NUM_THREADS": "2",
+           "TEXPR_AD_GEMM": "native"}
     if layer:
         env["NUMBA_THREADING_LAYER"] = layer
     p = subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, text=True,

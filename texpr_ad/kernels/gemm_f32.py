@@ -37,6 +37,8 @@ from numba import get_num_threads, njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from . import threads
+
 MR, NV = 6, 4           # micro-tile rows, and zmm vectors per row (24 accumulators)
 W = 16                  # float32 lanes in a zmm register
 NR = NV * W             # micro-tile columns
@@ -61,8 +63,12 @@ def enabled() -> bool:
 
 
 def handles(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
-    """Whether `matmul(a, b, out)` is the kernel for this product (float32, large enough)."""
+    """Whether `matmul(a, b, out)` is the kernel for this product (float32, large enough, and
+    parallel regions allowed: not in a child forked after GNU OpenMP started, whose kernels run
+    serial builds, `threads.py`)."""
     if not (a.dtype == b.dtype == out.dtype == np.float32):
+        return False
+    if threads.STATE.forked and threads.STATE.gnu_omp:
         return False
     nb, m, k = a.shape
     return 2 * nb * m * k * b.shape[2] >= MIN_FLOPS and enabled()
