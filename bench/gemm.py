@@ -28,16 +28,12 @@ def main() -> None:
     from bench.__main__ import _set_threads, blas_line
     _set_threads()
     import torch
-    from texpr_ad.kernels import blas_threads, gemm_f32
-    from texpr_ad.kernels.numba_cpu import _split_matmul
+    from texpr_ad.kernels import gemm_f32
+    from texpr_ad.kernels.numba_cpu import blas_stack_matmul as blas
     from texpr_ad.testing import sample_times
     import numba
     print(blas_line(torch), f"| {numba.get_num_threads()} threads each")
     rng = np.random.default_rng(0)
-
-    def blas(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
-        with blas_threads.single_threaded():
-            _split_matmul(a, b, c)
 
     print(f"{'product':14s} {'b x m x k x n':>22s} {'BLAS GF/s':>10s} {'ours GF/s':>10s} {'ours/BLAS time':>15s}")
     for name, nb, m, k, n, shared in CASES:

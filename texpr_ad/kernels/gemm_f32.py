@@ -49,15 +49,21 @@ MIN_FLOPS = 1 << 20     # smaller products go to BLAS (the prange launch would d
 _MODES = ("auto", "native", "blas")
 
 
+def mode() -> str:
+    """`TEXPR_AD_GEMM`: auto (the default), native or blas."""
+    value = os.environ.get("TEXPR_AD_GEMM", "auto").strip().lower() or "auto"
+    if value not in _MODES:
+        raise ValueError(f"TEXPR_AD_GEMM={value!r}: expected one of {', '.join(_MODES)}")
+    return value
+
+
 @functools.cache
 def enabled() -> bool:
-    """Whether float32 products run here: `TEXPR_AD_GEMM` (auto, native or blas), where auto
-    means the host CPU has AVX-512F."""
-    mode = os.environ.get("TEXPR_AD_GEMM", "auto").strip().lower() or "auto"
-    if mode not in _MODES:
-        raise ValueError(f"TEXPR_AD_GEMM={mode!r}: expected one of {', '.join(_MODES)}")
-    if mode != "auto":
-        return mode == "native"
+    """Whether float32 products run here: `mode()`, where auto means the host CPU has
+    AVX-512F."""
+    mode_ = mode()
+    if mode_ != "auto":
+        return mode_ == "native"
     import llvmlite.binding as ll
     return "+avx512f" in ll.get_host_cpu_features().flatten().split(",")
 

@@ -118,7 +118,13 @@ def stack_matmul(a: Any, b: Any, out: Any) -> None:
     from . import gemm_f32  # imports numba: not at module level (rendering must not)
     if gemm_f32.handles(a, b, out):
         gemm_f32.matmul(a, b, out)
-        return
+    else:
+        blas_stack_matmul(a, b, out)
+
+
+def blas_stack_matmul(a: Any, b: Any, out: Any) -> None:
+    """`stack_matmul` through NumPy's BLAS: split over Numba's thread count, each piece on a
+    single-threaded BLAS."""
     with blas_threads.single_threaded():
         _split_matmul(a, b, out)
 
