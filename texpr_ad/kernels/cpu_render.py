@@ -296,6 +296,20 @@ class CPURender(_Render):
         out = self.tensor(st.tensors[0])  # type: ignore[arg-type]
         bs, ms, ks, ns = (top(self.expr(x, {})) for x in c.sizes)
         self.emit(1, "with objmode():")
+        if c.window is not None:  # B: a sliding window over c.b, read in place
+            w = c.window
+            v = self.names.fresh(f"{st.name}_a")
+            src = self.tensor(c.a)
+            if c.a_perm != tuple(range(len(c.a_perm))):
+                src = f"{src}.transpose({c.a_perm!r})"
+            if any(w.flip):  # K axes run reversed (rows ascending in memory)
+                nm = len(c.a_perm) - len(w.flip)
+                src += f"[{', '.join([':'] * nm + ['::-1' if f else ':' for f in w.flip])}]"
+            self.emit(2, f"{v} = np.broadcast_to({src}.reshape((1, {ms}, {ks})), ({bs}, {ms}, {ks}))")
+            self.emit(2, f"window_matmul({v}, {self.tensor(c.b)}, {w.extents!r}, {w.strides!r}, "
+                         f"{w.base}, {w.grid!r}, {out}.reshape(({bs}, {ms}, "
+                         f"{', '.join(map(str, w.out))})))")
+            return
         ops = []
         for t, perm, shp, side in ((c.a, c.a_perm, (bs, ms, ks), "a"),
                                    (c.b, c.b_perm, (bs, ks, ns), "b")):

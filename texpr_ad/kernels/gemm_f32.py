@@ -28,7 +28,6 @@ Results differ from BLAS only by summation order (fused multiply-adds, chunked s
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
 import numpy as np
@@ -38,6 +37,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import threads
+from .gemm_mode import enabled, mode  # noqa: F401  (the kernel's switch, re-exported)
 
 MR, NV = 6, 4           # micro-tile rows, and zmm vectors per row (24 accumulators)
 W = 16                  # float32 lanes in a zmm register
@@ -46,76 +46,80 @@ KC = 320                # most k per chunk (k splits into equal chunks): a B blo
 MC = 64 * MR            # most rows per work item: a packed A chunk is at most 480 KiB (L2)
 MIN_FLOPS = 1 << 20     # smaller products go to BLAS (the prange launch would dominate)
 
-_MODES = ("auto", "native", "blas")
-
-
-def mode() -> str:
-    """`TEXPR_AD_GEMM`: auto (the default), native or blas."""
-    value = os.environ.get("TEXPR_AD_GEMM", "auto").strip().lower() or "auto"
-    if value not in _MODES:
-        raise ValueError(f"TEXPR_AD_GEMM={value!r}: expected one of {', '.join(_MODES)}")
-    return value
-
-
-@functools.cache
-def enabled() -> bool:
-    """Whether float32 products run here: `mode()`, where auto means the host CPU has
-    AVX-512F."""
-    mode_ = mode()
-    if mode_ != "auto":
-        return mode_ == "native"
-    import llvmlite.binding as ll
-    return "+avx512f" in ll.get_host_cpu_features().flatten().split(",")
-
-
-def handles(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
-    """Whether `matmul(a, b, out)` is the kernel for this product (float32, large enough, and
-    parallel regions allowed: not in a child forked after GNU OpenMP started, whose kernels run
-    serial builds, `threads.py`)."""
+def handles(a: np.ndarray, b: np.ndarray, out: np.ndarray, n: int) -> bool:
+    """Whether this kernel runs the product of `a` (nb x m x k) with a B of `b`'s dtype and
+    `n` columns into `out` (float32, large enough, and parallel regions allowed: not in a
+    child forked after GNU OpenMP started, whose kernels run serial builds, `threads.py`)."""
     if not (a.dtype == b.dtype == out.dtype == np.float32):
         return False
     if threads.STATE.forked and threads.STATE.gnu_omp:
         return False
     nb, m, k = a.shape
-    return 2 * nb * m * k * b.shape[2] >= MIN_FLOPS and enabled()
+    return 2 * nb * m * k * n >= MIN_FLOPS and enabled()
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """`out[q] = a[q] @ b[q]` for float32 stacks of any strides."""
+    if b.size == 0 or min(b.strides) < 0 or any(x % 4 for x in b.strides):
+        b = np.ascontiguousarray(b)
+    qs, ldb, cs = (x // 4 for x in b.strides)
+    span = 1 + sum((d - 1) * x for d, x in zip(b.shape, (qs, ldb, cs))) if b.size else 0
+    flat = np.lib.stride_tricks.as_strided(b, (span,), (4,), writeable=False)
+    rows = np.arange(b.shape[1], dtype=np.int64) * ldb
+    _run(a, flat, qs, rows, ldb, cs, b.shape[2], out)
+
+
+def matmul_rows(a: np.ndarray, flat: np.ndarray, rows: np.ndarray, cols: int,
+                out: np.ndarray) -> None:
+    """`out[q, :, :cols] = a[q] @ B[q]` with `B[q][p, j] = flat[q, rows[p] + j]`: the rows of B
+    are runs of one flat array per batch entry (an implicit im2col: `cpu_implicit.py`).
+    `flat` is C-contiguous, `rows` int64 and in bounds (`rows[p] + cols <= flat.shape[1]`)."""
+    _run(a, flat.reshape(-1), flat.shape[1], rows, -1, 1, cols, out)
+
+
+def _run(a: np.ndarray, flat: np.ndarray, qs: int, rows: np.ndarray, ldb: int, cs: int, n: int,
+         out: np.ndarray) -> None:
     gemm = _compiled()
     if out.strides[2] != 4:
         tmp = np.empty(out.shape, np.float32)
-        gemm(a, b, tmp, get_num_threads())
+        gemm(a, flat, qs, rows, ldb, cs, n, tmp, get_num_threads())
         out[...] = tmp
         return
-    gemm(a, b, out, get_num_threads())
+    gemm(a, flat, qs, rows, ldb, cs, n, out, get_num_threads())
 
 
 @functools.cache
 def _compiled() -> Any:
     """`_gemm` compiled once, for any-layout float32 stacks (loaded from Numba's disk cache
     after the first process); C-contiguous arguments convert to it instead of compiling anew."""
-    src, dst = (types.Array(types.float32, 3, "A", readonly=ro) for ro in (True, False))
-    _gemm.compile((src, src, dst, types.intp))
+    a, c = (types.Array(types.float32, 3, "A", readonly=ro) for ro in (True, False))
+    flat = types.Array(types.float32, 1, "A", readonly=True)
+    rows = types.Array(types.int64, 1, "A", readonly=True)
+    i = types.intp
+    _gemm.compile((a, flat, i, rows, i, i, i, c, i))
     _gemm.disable_compile()
     return _gemm
 
 
-@intrinsic
-def _tile(typingctx, a, a_ps, a_is, b, ldb, kc, c, ldc, accumulate):  # type: ignore[no-untyped-def]
-    """c[i*ldc + j] (+)= sum_p a[p*a_ps + i*a_is] * b[p*ldb + j] for i < MR, j < NR.
+def _micro_kernel(table: bool) -> Any:
+    """The micro-kernel intrinsic `tile(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate)`:
 
-    `a`, `b`, `c` are addresses of float32 data, the strides count elements; the sum is added
-    to c when `accumulate`, stored otherwise."""
+        c[i*ldc + j] (+)= sum_p a[p*a_ps + i*a_is] * b[row(p) + j]  for i < MR, j < NR,
+
+    row(p) = rows[p] if `table` (B's rows unequally spaced: an implicit im2col), else p*ldb (a
+    separate build: the table load costs 6-13% where it is not needed).  `a`, `b`, `c` are
+    addresses of float32 data, `rows` of int64 row offsets, the strides count elements; the
+    sum is added to c when `accumulate`, stored otherwise."""
     sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp,
-                     types.intp, types.intp, types.boolean)
+                     types.intp, types.intp, types.intp, types.boolean)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        a_at, a_ps, a_is, b_at, ldb, kc, c_at, ldc, acc_flag = args
+        a_at, a_ps, a_is, b_at, ldb, rows_at, kc, c_at, ldc, acc_flag = args
         f32 = ir.FloatType()
         vty = ir.VectorType(f32, W)
         pa, pb, pc = (builder.inttoptr(x, f32.as_pointer()) for x in (a_at, b_at, c_at))
         idx = ir.IntType(64)
+        prow = builder.inttoptr(rows_at, idx.as_pointer())
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty] * 3),
                                              f"llvm.fma.v{W}f32")
 
@@ -131,22 +135,48 @@ def _tile(typingctx, a, a_ps, a_is, b, ldb, kc, c, ldc, accumulate):  # type: ig
                 for v in range(NV):
                     builder.store(builder.load(vec(pc, crow[i], v * W), align=4), acc[i][v])
         lanes0 = ir.Constant(ir.VectorType(ir.IntType(32), W), [0] * W)
-        with cgutils.for_range(builder, kc) as loop:
-            p = loop.index
-            bv = [builder.load(vec(pb, builder.mul(p, ldb), v * W), align=4) for v in range(NV)]
-            ak = builder.mul(p, a_ps)
-            for i in range(MR):
-                s = builder.load(builder.gep(pa, [builder.add(ak, arow[i])]))
-                sv = builder.insert_element(ir.Constant(vty, ir.Undefined), s, ir.IntType(32)(0))
-                sv = builder.shuffle_vector(sv, ir.Constant(vty, ir.Undefined), lanes0)
-                for v in range(NV):
-                    builder.store(builder.call(fma, [sv, bv[v], builder.load(acc[i][v])]), acc[i][v])
+
+        def k_loop(row):  # type: ignore[no-untyped-def]
+            with cgutils.for_range(builder, kc) as loop:
+                p = loop.index
+                brow = row(p)
+                bv = [builder.load(vec(pb, brow, v * W), align=4) for v in range(NV)]
+                ak = builder.mul(p, a_ps)
+                for i in range(MR):
+                    s = builder.load(builder.gep(pa, [builder.add(ak, arow[i])]))
+                    sv = builder.insert_element(ir.Constant(vty, ir.Undefined), s,
+                                                ir.IntType(32)(0))
+                    sv = builder.shuffle_vector(sv, ir.Constant(vty, ir.Undefined), lanes0)
+                    for v in range(NV):
+                        builder.store(builder.call(fma, [sv, bv[v], builder.load(acc[i][v])]),
+                                      acc[i][v])
+
+        if table:
+            k_loop(lambda p: builder.load(builder.gep(prow, [p])))
+        else:
+            k_loop(lambda p: builder.mul(p, ldb))
         for i in range(MR):
             for v in range(NV):
                 builder.store(builder.load(acc[i][v]), vec(pc, crow[i], v * W), align=4)
         return context.get_dummy_value()
 
-    return sig, codegen
+    def tile(typingctx, a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate):  # type: ignore[no-untyped-def]
+        return sig, codegen
+
+    return intrinsic(tile)
+
+
+_tile_spaced, _tile_table = _micro_kernel(False), _micro_kernel(True)
+
+
+@njit(inline="always")
+def _tile(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate):  # type: ignore[no-untyped-def]
+    """The micro-kernel (`_micro_kernel`) for B's rows in `rows` if that is not 0, else ldb
+    apart."""
+    if rows:
+        _tile_table(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate)
+    else:
+        _tile_spaced(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate)
 
 
 @njit(cache=True)
@@ -162,26 +192,29 @@ def _pack_a(aq, r0, rows, pc, kc, ap):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def _pack_b(bq, pc, kc, j0, cols, bt):  # type: ignore[no-untyped-def]
-    """bt[p, j] = bq[pc + p, j0 + j] for j < cols, zero to NR."""
+def _pack_b(flat, q0, rows, cs, pc, kc, j0, cols, bt):  # type: ignore[no-untyped-def]
+    """bt[p, j] = B[pc + p, j0 + j] for j < cols, zero to NR (B[p, j] = flat[q0 + rows[p] +
+    j * cs])."""
     for p in range(kc):
+        at = q0 + rows[pc + p] + j0 * cs
         for j in range(NR):
-            bt[p, j] = bq[pc + p, j0 + j] if j < cols else 0.0
+            bt[p, j] = flat[at + j * cs] if j < cols else 0.0
 
 
 @njit(cache=True)
-def _item(aq, bq, cq, r0, rows, j0, j1, ap, bt, tile):  # type: ignore[no-untyped-def]
-    """cq[r0:r0+rows, j0:j1] = aq[r0:r0+rows] @ bq[:, j0:j1].
+def _item(aq, flat, q0, brows, ldb, cs, cq, r0, rows, j0, j1, ap, bt, tile):  # type: ignore[no-untyped-def]
+    """cq[r0:r0+rows, j0:j1] = aq[r0:r0+rows] @ B[:, j0:j1], B[p, j] = flat[q0 + brows[p] + j*cs];
+    `ldb` >= 0 says that brows[p] = p * ldb (the micro-kernel then needs no table).
 
     Whole MR-row panels of A are read in place where A's rows are contiguous (a tail panel,
-    or a strided A, is packed into `ap`); whole NR-column blocks of B likewise (a tail block,
-    or a strided B, is packed into `bt`)."""
+    or a strided A, is packed into `ap`); whole NR-column blocks of B likewise where its
+    columns are (`cs == 1`; a tail block, or strided columns, are packed into `bt`)."""
     k = aq.shape[1]
-    lda, ldb, ldc = aq.strides[0] // 4, bq.strides[0] // 4, cq.strides[0] // 4
-    a_in_place, b_in_place = aq.strides[1] == 4, bq.strides[1] == 4
+    lda, ldc = aq.strides[0] // 4, cq.strides[0] // 4
+    a_in_place, b_in_place = aq.strides[1] == 4, cs == 1
     n_panels = (rows + MR - 1) // MR
     full = rows // MR if a_in_place else 0  # panels read in place
-    a0, b0, c0 = aq.ctypes.data, bq.ctypes.data, cq.ctypes.data
+    a0, b0, c0, r_at = aq.ctypes.data, flat.ctypes.data + 4 * q0, cq.ctypes.data, brows.ctypes.data
     ap0, bt0, t0 = ap.ctypes.data, bt.ctypes.data, tile.ctypes.data
     step = (k + (k + KC - 1) // KC - 1) // ((k + KC - 1) // KC)  # equal chunks of at most KC
     for pc in range(0, k, step):
@@ -192,10 +225,13 @@ def _item(aq, bq, cq, r0, rows, j0, j1, ap, bt, tile):  # type: ignore[no-untype
         for jb in range(j0, j1, NR):
             cols = min(NR, j1 - jb)
             if b_in_place and cols == NR:
-                b_at, b_ld = b0 + 4 * (pc * ldb + jb), ldb
+                if ldb >= 0:
+                    b_at, b_ld, b_rows = b0 + 4 * (pc * ldb + jb), ldb, 0
+                else:
+                    b_at, b_ld, b_rows = b0 + 4 * jb, 0, r_at + 8 * pc
             else:
-                _pack_b(bq, pc, kc, jb, cols, bt)
-                b_at, b_ld = bt0, NR
+                _pack_b(flat, q0, brows, cs, pc, kc, jb, cols, bt)
+                b_at, b_ld, b_rows = bt0, NR, 0
             for ib in range(n_panels):
                 i0 = r0 + ib * MR
                 if ib < full:
@@ -204,10 +240,10 @@ def _item(aq, bq, cq, r0, rows, j0, j1, ap, bt, tile):  # type: ignore[no-untype
                     a_at, a_ps, a_is = ap0 + 4 * (ib - full) * kc * MR, MR, 1
                 mr = min(MR, r0 + rows - i0)
                 if mr == MR and cols == NR:
-                    _tile(a_at, a_ps, a_is, b_at, b_ld, kc, c0 + 4 * (i0 * ldc + jb), ldc,
+                    _tile(a_at, a_ps, a_is, b_at, b_ld, b_rows, kc, c0 + 4 * (i0 * ldc + jb), ldc,
                           not first)
                     continue
-                _tile(a_at, a_ps, a_is, b_at, b_ld, kc, t0, NR, False)
+                _tile(a_at, a_ps, a_is, b_at, b_ld, b_rows, kc, t0, NR, False)
                 for i in range(mr):
                     for j in range(cols):
                         if first:
@@ -217,14 +253,14 @@ def _item(aq, bq, cq, r0, rows, j0, j1, ap, bt, tile):  # type: ignore[no-untype
 
 
 @njit(parallel=True, cache=True)
-def _gemm(a, b, c, threads):  # type: ignore[no-untyped-def]
-    """c[q] = a[q] @ b[q]; c's rows contiguous.  Items: (q, row group, column group)."""
+def _gemm(a, flat, qs, brows, ldb, cs, n, c, threads):  # type: ignore[no-untyped-def]
+    """c[q, :, :n] = a[q] @ B[q], B[q][p, j] = flat[q*qs + brows[p] + j*cs] (= p*ldb if
+    ldb >= 0); c's rows contiguous.  Items: (q, row group, column group)."""
     nb, m, k = a.shape
-    n = b.shape[2]
     if nb == 0 or m == 0 or n == 0:
         return
     if k == 0:
-        c[...] = 0.0
+        c[:, :, :n] = 0.0
         return
     # rows first (each item reads its rows of A once), as many groups as threads need,
     # each at most MC rows; then columns where the batch and rows give too few items
@@ -243,5 +279,5 @@ def _gemm(a, b, c, threads):  # type: ignore[no-untyped-def]
         bt = np.empty((KC, NR), np.float32)
         tile = np.empty((MR, NR), np.float32)
         r0 = rg * rows
-        _item(a[q], b[q], c[q], r0, min(rows, m - r0), cg * per_cg, min(n, (cg + 1) * per_cg),
-              ap, bt, tile)
+        _item(a[q], flat, q * qs, brows, ldb, cs, c[q], r0, min(rows, m - r0), cg * per_cg,
+              min(n, (cg + 1) * per_cg), ap, bt, tile)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -55,7 +56,7 @@ class CPURenderer(Renderer):
 
     target = "cpu"
     header = ("import math", "import numpy as np", "from numba import njit, objmode, prange",
-              "from texpr_ad.kernels.numba_cpu import stack_matmul",
+              "from texpr_ad.kernels.numba_cpu import stack_matmul, window_matmul",
               "from texpr_ad.kernels.vecmath import exp_f32, fmax, fmaximum, fmin, fminimum, radd, "
               "tanh_f32  "
               f"# vecmath {_VECMATH}")
@@ -116,10 +117,55 @@ def stack_matmul(a: Any, b: Any, out: Any) -> None:
     BLAS's own threads, whose workers then spin into the next Numba loop).
     """
     from . import gemm_f32  # imports numba: not at module level (rendering must not)
-    if gemm_f32.handles(a, b, out):
+    if gemm_f32.handles(a, b, out, b.shape[2]):
         gemm_f32.matmul(a, b, out)
     else:
         blas_stack_matmul(a, b, out)
+
+
+def window_matmul(a: Any, src: Any, extents: tuple[int, ...], strides: tuple[int, ...],
+                  base: int, grid: tuple[int, ...], out: Any) -> None:
+    """`out[q] = a[q] @ B[q]` where row k of B[q] is a run of `src[q]` (flattened) from
+    `base + sum_i k_i * strides[i]`, k's digits k_i running over `extents` (row-major): the
+    runtime of an implicit-im2col contraction (`schedule/cpu_implicit.py`, `plan.Window`),
+    whose B is a sliding window over a padded input.  The product is computed on the padded
+    `grid` (q, m, *grid) and cropped to `out` (q, m, *out dims).
+
+    On texpr_ad's float32 GEMM the rows are read in place; otherwise B is gathered into an
+    im2col buffer (a strided view of `src`, copied) for BLAS."""
+    from . import gemm_f32
+    nb, m = out.shape[:2]
+    flat = np.ascontiguousarray(src).reshape(nb, -1)
+    rows = np.full((), base, np.int64)
+    for e, s in zip(extents, strides):
+        rows = np.add.outer(rows, np.arange(e, dtype=np.int64) * s)
+    rows = rows.ravel()
+    pitch = [int(np.prod(grid[d + 1:])) for d in range(len(grid))]
+    cols = sum((o - 1) * p for o, p in zip(out.shape[2:], pitch)) + 1
+    full = _scratch((nb, m, int(np.prod(grid))), out.dtype)
+    if gemm_f32.handles(a, flat, out, cols):
+        gemm_f32.matmul_rows(a, flat, rows, cols, full)
+    else:
+        item = flat.itemsize
+        view = np.lib.stride_tricks.as_strided(
+            flat[:, base:], (nb, *extents, cols),
+            (flat.strides[0], *(s * item for s in strides), item), writeable=False)
+        blas_stack_matmul(a, view.reshape(nb, len(rows), cols), full[:, :, :cols])
+    crop = (slice(None), slice(None), *(slice(0, o) for o in out.shape[2:]))
+    out[...] = full.reshape((nb, m, *grid))[crop]
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(shape: tuple[int, ...], dtype: Any) -> Any:
+    """An uninitialized array reused by the calls of one thread with the same shape and dtype
+    (a large `np.empty` would fault its pages in again on every call)."""
+    key = (shape, np.dtype(dtype))
+    got = getattr(_SCRATCH, "buf", None)
+    if got is None or got[0] != key:
+        _SCRATCH.buf = got = (key, np.empty(shape, dtype))
+    return got[1]
 
 
 def blas_stack_matmul(a: Any, b: Any, out: Any) -> None:

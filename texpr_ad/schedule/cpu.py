@@ -58,7 +58,7 @@ from ..te.ops import Op
 from ..te.printer import expr_str
 from ..te.simplify import simplify
 from ..te.visit import bounds_depend_on_axes, children, substitute, walk
-from . import normalize
+from . import cpu_implicit, normalize
 from .cpu_col2im import col2im_scatter
 from .cpu_invariants import hoist, workspace
 from .cpu_shared_loops import fold_into_row_loops, share_split_loops
@@ -89,7 +89,7 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
         st = replace(st, cpu=CpuStagePlan())
         if isinstance(st, ComputeStage):
             col, st = im2col(st, ov, _NO_EXPAND)
-            if col is None:
+            if col is None and st.cpu.contraction is None:
                 col, st = factor_contraction(st, ov, _NO_EXPAND)
                 if col is not None:
                     col = cpu_strategies(col, {})
@@ -100,12 +100,40 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
         elif "parallel" not in ov:
             st = scatter_block(st)
         stages.append(st)
+    stages, cropped = fold_crops(stages, overrides)
     stages, dropped = drop_unread(stages, plan)
+    dropped = cropped + dropped
     stages = fold_into_row_loops(row_buffers(share_split_loops(join_stages(stages, overrides))))
     stages = [hoist(st, overrides.get(st.name, {})) for st in stages]
     outs = {id(t) for t in plan.outputs}
     stages = [workspace(st, outs, overrides.get(st.name, {})) for st in stages]
     return replace(plan, target="cpu", stages=tuple(stages), inlined=plan.inlined + dropped)
+
+
+def fold_crops(stages: list[Stage], overrides: Mapping[str, Mapping[str, Any]]
+               ) -> tuple[list[Stage], tuple[Inline, ...]]:
+    """A window contraction (implicit im2col) read only by the next stage, a copy of a box of
+    it, is computed by that stage on that box alone (`cpu_implicit.crop`)."""
+    readers: dict[int, int] = {}
+    for st in stages:
+        for t in {id(r.tensor) for r in _reads(st)}:
+            readers[t] = readers.get(t, 0) + 1
+    out: list[Stage] = []
+    folded: list[Inline] = []
+    for st in stages:
+        s = out[-1] if out else None
+        new = None
+        if (isinstance(s, ComputeStage) and isinstance(st, ComputeStage) and not s.is_output
+                and s.cpu.contraction is not None and s.cpu.contraction.window is not None
+                and readers.get(id(s.tensors[0])) == 1 and not overrides.get(st.name)):
+            new = cpu_implicit.crop(s, st)
+        if new is not None:
+            out[-1] = new
+            folded.append(Inline(s.name, st.name, "a window contraction computed only on the "
+                                 "box its one reader copies"))
+        else:
+            out.append(st)
+    return out, tuple(folded)
 
 
 def drop_unread(stages: list[Stage], plan: Plan) -> tuple[list[Stage], tuple[Inline, ...]]:
@@ -251,6 +279,8 @@ def _factor_layout(st: ComputeStage, rest: list[IterVar],
 
 
 def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
+    if st.cpu is not None and st.cpu.contraction is not None:
+        return st  # an implicit im2col (decided by `im2col`)
     loop_keys = {"order", "fuse", "parallel"} & set(ov)
     if math.isinf(_work(st.axes, st.bodies)) and not ov.get("blas"):
         return st  # symbolic dims: sizes unknown until the call, keep the plain loop nest
@@ -375,6 +405,10 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
     used = {v for i in g.indices for v in walk(i)}
     if any(k not in used or k not in a.indices for k in red):
         return None, st
+    if ov.get("implicit", True):
+        done = _implicit(st, body, a, gathered, box)
+        if done is not None:
+            return done
     # the group (data axes of the gather, or K) holding the longest axis of B's contiguous dim
     # goes last: the gather then streams along it on both sides, and the product's operand
     # is a plain reshape of `col` (rows K x columns data for a convolution: Caffe's layout)
@@ -423,6 +457,39 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
                         f"it; override blas=False keeps the windows)")
     return col_stage, replace(st, bodies=(new_body,), notes=(*st.notes, *notes),
                               reduction=_reduction_notes((new_body,), st.axes))
+
+
+def _implicit(st: ComputeStage, body: Reduce, a: Read, gathered: normalize.Guarded,
+              box: normalize.Boxed | None) -> tuple[ComputeStage | None, ComputeStage] | None:
+    """`im2col` without the gather: the product reads a padded copy of the gathered tensor in
+    place (`cpu_implicit.py`), or None where that does not apply."""
+    data, red = tuple(st.axes), tuple(body.axis)
+    used = {v for i in gathered.read.indices for v in walk(i)}
+    lead = list(itertools.takewhile(lambda x: x in used and x not in a.indices, data))
+    mids = [x for x in data if x not in used]
+    inner = [x for x in data if x in used and x not in lead]
+    if set(a.indices) != set(mids) | set(red) or _work(data, (body,)) < MIN_BLAS_WORK:
+        return None
+    imp = cpu_implicit.window(gathered, body.dtype, lead, mids, inner, red, data, st.name)
+    if imp is None:
+        return None
+    w = imp.window
+    sizes = (_product([x.extent for x in lead]), _product([x.extent for x in mids]),
+             _product([k.extent for k in red]), const(w.cols, "int64"))
+    c = Contraction(a.tensor, imp.read.tensor, tuple(a.indices.index(x) for x in (*mids, *red)),
+                    (), sizes, tuple(x.extent for x in data), None, "a", w)  # type: ignore[arg-type]
+    new_body = replace(body, source=(Call(Op.MUL, (a, imp.read), body.dtype),))
+    notes = [f"implicit im2col: the product reads {imp.read.tensor.name} in place as a sliding "
+             f"window (no gather of {gathered.read.tensor.name} is stored)"]
+    pad = None
+    if imp.padded is not None:
+        pad = compute_stage(imp.padded.op, imp.padded.name, False, _NO_EXPAND, {},
+                            {(id(imp.padded.op), 0): imp.padded})
+        pad = replace(pad, notes=(f"materialized: {gathered.read.tensor.name} padded for the "
+                                  f"implicit im2col of stage {st.name}",))
+    st = _cpu(st, bodies=(new_body,), notes=(*st.notes, *notes), contraction=c, parallel=False,
+              fused=0, reduction=_reduction_notes((new_body,), st.axes))
+    return pad, st
 
 
 def _product(exts: Sequence[Expr]) -> Expr:

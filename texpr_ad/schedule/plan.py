@@ -11,6 +11,7 @@ with the override and says so in its notes.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 
@@ -39,6 +40,31 @@ class Inline:
 
 
 @dataclass(frozen=True)
+class Window:
+    """The B operand of a contraction read in place as a sliding window over a padded tensor
+    (an implicit im2col, `cpu_implicit.py`): row k of batch entry q is the run of `cols`
+    elements of `b[q]` (flattened) from `base + sum_i k_i * strides[i]`, k's digits k_i running
+    over `extents`; the strides are positive (rows ascend in memory, as prefetchers like): a
+    K axis whose rows would descend (a flipped kernel, in an input gradient) runs reversed,
+    and `flip` marks it, for A's matching dim.  The product is computed on the padded grid
+    `grid` (the output's trailing dims, each but the first widened to the padded tensor's)
+    and cropped to `out`."""
+
+    extents: tuple[int, ...]
+    strides: tuple[int, ...]
+    flip: tuple[bool, ...]
+    base: int
+    grid: tuple[int, ...]
+    out: tuple[int, ...]
+
+    @property
+    def cols(self) -> int:
+        """Columns of the product: the last valid point of the padded grid, plus one."""
+        pitch = [math.prod(self.grid[d + 1:]) for d in range(len(self.grid))]
+        return sum((o - 1) * p for o, p in zip(self.out, pitch)) + 1
+
+
+@dataclass(frozen=True)
 class Contraction:
     """A stage `O[axes] = sum_K A[..] * B[..]` run as one (batched) matrix product (BLAS).
 
@@ -47,7 +73,8 @@ class Contraction:
     permutes the (batch, M, N) result to the output's axis order.  `shared` ("a" or "b";
     "" for neither) names the operand without batch dims (its perm has none), one matrix
     multiplied with every batch entry of the other: the output's leading axes are then the
-    batch, so the result needs no permutation.
+    batch, so the result needs no permutation.  `window`: B is read as a sliding window over
+    `b` (b_perm unused; the output is (batch, M, window.out)).
     """
 
     a: Tensor
@@ -58,9 +85,16 @@ class Contraction:
     bmn_shape: tuple[Expr, ...]
     out_perm: tuple[int, ...] | None
     shared: str = ""
+    window: Window | None = None
 
     def describe(self) -> str:
         b, m, k, n = (str(x.value) if isinstance(x, Const) else expr_str(x) for x in self.sizes)
+        if self.window is not None:
+            w = self.window
+            return (f"contraction -> GEMM: {self.a.name} ({m} x {k}) @ a sliding window over "
+                    f"{self.b.name} ({k} rows of {w.cols}) per batch entry ({b}), read in place "
+                    f"(implicit im2col), on the padded grid {'x'.join(map(str, w.grid))} "
+                    f"cropped to {'x'.join(map(str, w.out))}")
         ba, bb = ("1" if self.shared == "a" else b), ("1" if self.shared == "b" else b)
         shared = (f"; {(self.a if self.shared == 'a' else self.b).name} shared by the {b} batch "
                   f"entries (the output's leading axes), so the result is not permuted"

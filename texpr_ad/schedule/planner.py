@@ -35,7 +35,9 @@ the order flattened into the prange), `order` (list of the stage's axis names),
 `blas` (bool: False keeps a contraction in loops), `accumulate` (bool: False keeps the
 scalar accumulator per output point, without lanes), `hoist` (bool: False leaves
 loop-invariant values in the loop), `reciprocal` (bool: False keeps float32 divisions by
-hoisted values), `workspace` (bool: False allocates large intermediates on every call).
+hoisted values), `workspace` (bool: False allocates large intermediates on every call),
+`implicit` (bool: False stores a convolution's im2col gather instead of reading its padded
+input in place).
 """
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ from .nest import _const, _work, compute_stage
 from .plan import ComputeStage, Inline, Plan, ScatterStage, ScheduleError, Stage, StageKind
 
 OVERRIDE_KEYS = {StageKind.COMPUTE: {"inline", "parallel", "fuse", "order", "blas", "accumulate",
-                                      "hoist", "reciprocal", "workspace"},
+                                      "hoist", "reciprocal", "workspace", "implicit"},
                  StageKind.SCATTER: {"parallel", "workspace"}}
 # each target's refine step: the target-neutral plan and the overrides -> the target's plan.
 # The one table of them: kernels/backends.py's records read it (Backend.refine).

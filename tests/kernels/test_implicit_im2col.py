@@ -1,0 +1,182 @@
+"""Implicit im2col (schedule/cpu_implicit.py): a stride-1 convolution's product reads a padded
+copy of its input in place, through a table of row offsets, instead of a stored gather.
+
+The decision is checked on the plan (which stages exist, the window record, the notes), the
+numbers against float64 torch (forward and both gradients) for the formulations users write,
+and the runtime (`numba_cpu.window_matmul`) on both of its paths against an explicit gather."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import texpr_ad as ta
+from texpr_ad import te
+from texpr_ad.kernels import gemm_mode
+from texpr_ad.kernels.numba_cpu import window_matmul
+from texpr_ad.ops import nn
+from texpr_ad.schedule import plan_kernel
+
+SEED = 2468
+
+
+def rng():
+    print(f"seed {SEED}")
+    return np.random.default_rng(SEED)
+
+
+@pytest.fixture
+def gemm(monkeypatch):
+    """Set TEXPR_AD_GEMM for one test (the planner asks gemm_mode.enabled, which caches)."""
+    def set_(value):
+        monkeypatch.setenv("TEXPR_AD_GEMM", value)
+        gemm_mode.enabled.cache_clear()
+    yield set_
+    monkeypatch.delenv("TEXPR_AD_GEMM", raising=False)
+    gemm_mode.enabled.cache_clear()
+
+
+def _shape(t):
+    return tuple(int(d.value) for d in t.shape)
+
+
+def _window(plan, name):
+    c = plan.stage(name).cpu.contraction
+    return None if c is None else c.window
+
+
+def guarded_conv(x, w, pad, dil=1, extra=None):
+    """A stride-1 2-d convolution with its padding written as a guard in the body; `extra`
+    (ry, rx) -> an additional condition."""
+    n, c, h, wd = _shape(x)
+    o, _, kh, kw = _shape(w)
+    oh, ow = h + 2 * pad - dil * (kh - 1), wd + 2 * pad - dil * (kw - 1)
+    rc, ry, rx = (te.reduce_axis((0, e), name=nm) for e, nm in ((c, "c"), (kh, "ry"), (kw, "rx")))
+
+    def body(b, f, i, j):
+        yy, xx = i + dil * ry - pad, j + dil * rx - pad
+        cond = [yy >= 0, yy < h, xx >= 0, xx < wd] + ([extra(ry, rx)] if extra else [])
+        return te.sum(te.if_then_else(te.all(*cond), x[b, rc, yy, xx], 0.0) * w[f, rc, ry, rx],
+                      axis=[rc, ry, rx])
+
+    return te.compute((n, o, oh, ow), body, name="Y")
+
+
+def _torch_check(y, x, w, torch_fn):
+    """Forward and both gradients of `y` (float32 kernels) against float64 torch."""
+    torch = pytest.importorskip("torch")
+    head = te.placeholder(y.shape, "float32", name="head")
+    dx, dw = ta.grad(y, [x, w], head=head)
+    r = rng()
+    xs, ws, hs = (r.standard_normal(_shape(t)).astype("float32") for t in (x, w, y))
+    tx, tw = (torch.from_numpy(a.astype(np.float64)).requires_grad_() for a in (xs, ws))
+    ty = torch_fn(tx, tw)
+    gx, gw = torch.autograd.grad(ty, [tx, tw], torch.from_numpy(hs.astype(np.float64)))
+    fwd, bwd = ta.build([y], [x, w]), ta.build([dx, dw], [x, w, head])
+    (got,) = fwd(xs, ws)
+    got_dx, got_dw = bwd(xs, ws, hs)
+    for a, b in ((got, ty.detach()), (got_dx, gx), (got_dw, gw)):
+        scale = float(np.abs(b.numpy()).max())
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-4, atol=1e-5 * scale)
+    return fwd.plan, bwd.plan, dx
+
+
+def test_registry_conv2d_reads_its_padded_input_in_place(gemm):
+    gemm("native")
+    torch = pytest.importorskip("torch")
+    x = te.placeholder((2, 4, 34, 34), "float32", name="x")
+    w = te.placeholder((8, 4, 3, 3), "float32", name="w")
+    y = nn.conv2d(x, w, stride=1, padding=1)
+    fwd, bwd, dx = _torch_check(y, x, w, lambda a, b: torch.nn.functional.conv2d(a, b, padding=1))
+    names = [s.name for s in fwd.stages]
+    assert "conv2d_padded" in names and not any(n.endswith("_im2col") for n in names), str(fwd)
+    win = _window(fwd, "conv2d")
+    # rows (c, ry, rx) of the padded 36x36 image, computed on 34x36 and cropped to 34x34
+    assert (win.extents, win.strides, win.base, win.grid, win.out) == (
+        (4, 3, 3), (36 * 36, 36, 1), 0, (34, 36), (34, 34)), str(fwd)
+    assert any(n.startswith("implicit im2col") for n in fwd.stage("conv2d").notes)
+    # the input gradient: the flipped kernel over the padded head, computed on the cropped box
+    # (the padded grid's crop folded into the product), rows ascending (K axes reversed)
+    win = _window(bwd, dx.op.name)
+    assert win is not None and win.flip == (False, True, True) and win.out == (34, 34), str(bwd)
+    assert any(n.startswith("cropped:") for n in bwd.stage(dx.op.name).notes), str(bwd)
+
+
+@pytest.mark.parametrize("pad,dil,k,hw", [(1, 1, 3, (34, 40)), (2, 2, 3, (33, 35)),
+                                          (2, 1, 5, (36, 34)), (0, 1, 3, (40, 40))])
+def test_guarded_formulations_match_torch(gemm, pad, dil, k, hw):
+    gemm("native")
+    torch = pytest.importorskip("torch")
+    x = te.placeholder((2, 3, *hw), "float32", name="x")
+    w = te.placeholder((6, 3, k, k), "float32", name="w")
+    y = guarded_conv(x, w, pad, dil)
+    fwd, _, _ = _torch_check(y, x, w, lambda a, b: torch.nn.functional.conv2d(
+        a, b, padding=pad, dilation=dil))
+    win = _window(fwd, "Y")
+    assert win is not None, str(fwd)
+    if pad == 0:  # nothing to pad: the product reads x itself
+        assert fwd.stage("Y").cpu.contraction.b is x and len(fwd.stages) == 1, str(fwd)
+
+
+def test_causal_conv1d_pads_one_side(gemm):
+    gemm("native")
+    torch = pytest.importorskip("torch")
+    x = te.placeholder((2, 4, 300), "float32", name="x")
+    w = te.placeholder((8, 4, 5), "float32", name="w")
+    rc, r = te.reduce_axis((0, 4), name="c"), te.reduce_axis((0, 5), name="r")
+    y = te.compute((2, 8, 300), lambda b, f, t: te.sum(
+        te.if_then_else(t - r >= 0, x[b, rc, t - r], 0.0) * w[f, rc, r], axis=[rc, r]), name="Y")
+    fwd, _, _ = _torch_check(y, x, w, lambda a, b: torch.nn.functional.conv1d(
+        torch.nn.functional.pad(a, (4, 0)), b.flip(-1)))
+    assert _window(fwd, "Y") is not None and _shape(fwd.stage("Y_padded").tensors[0]) == (
+        2, 4, 304), str(fwd)
+
+
+@pytest.mark.parametrize("case", ["mask", "stride", "blas", "float64", "override"])
+def test_what_keeps_the_stored_gather(gemm, case):
+    gemm("blas" if case == "blas" else "native")
+    dtype = "float64" if case == "float64" else "float32"
+    x = te.placeholder((2, 3, 36, 36), dtype, name="x")
+    w = te.placeholder((6, 3, 3, 3), dtype, name="w")
+    if case == "mask":  # a guard that is not padding: the centre tap masked out
+        y = guarded_conv(x, w, 1, extra=lambda ry, rx: te.any(ry != 1, rx != 1))
+    else:
+        y = nn.conv2d(x, w, stride=2 if case == "stride" else 1, padding=1)
+    ov = {y.op.name: {"implicit": False}} if case == "override" else None
+    plan = plan_kernel([y], [x, w], overrides=ov)
+    assert _window(plan, y.op.name) is None, str(plan)
+    assert plan.stage(f"{y.op.name}_im2col") is not None, str(plan)
+    if case == "mask":  # and the numbers still follow the mask
+        r = rng()
+        xs, ws = (r.standard_normal(_shape(t)).astype(dtype) for t in (x, w))
+        wm = ws.astype(np.float64).copy()
+        wm[:, :, 1, 1] = 0
+        xp = np.pad(xs.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+        want = np.einsum("ncyxij,ocij->noyx", win, wm)
+        (got,) = ta.build([y], [x, w])(xs, ws)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_window_matmul_matches_an_explicit_gather(gemm, dtype):
+    """Both runtime paths (float32 on the native GEMM, float64 gathered for BLAS) against
+    np.matmul on the gathered rows; garbage columns of the padded grid are cropped."""
+    gemm("native")
+    r = rng()
+    nb, m, c, pw, ph = 3, 16, 8, 40, 23
+    src = r.standard_normal((nb, c, ph, pw)).astype(dtype)
+    a = r.standard_normal((nb, m, c * 4)).astype(dtype)
+    extents, strides, base = (c, 2, 2), (ph * pw, 2 * pw, 1), 3  # dilated rows, shifted base
+    out_hw, grid = (20, 37), (20, pw)
+    out = np.full((nb, m, *out_hw), np.nan, dtype)
+    window_matmul(a, src, extents, strides, base, grid, out)
+    flat = src.reshape(nb, -1).astype(np.float64)
+    rows = [base + i * strides[0] + j * strides[1] + k * strides[2]
+            for i in range(c) for j in range(2) for k in range(2)]
+    cols = (out_hw[0] - 1) * pw + out_hw[1]
+    b = np.stack([[flat[q, s:s + cols] for s in rows] for q in range(nb)])
+    full = np.zeros((nb, m, out_hw[0] * pw))
+    full[:, :, :cols] = a.astype(np.float64) @ b
+    want = full.reshape(nb, m, out_hw[0], pw)[..., :out_hw[1]]
+    np.testing.assert_allclose(out, want, rtol=1e-5 if dtype == "float32" else 1e-12,
+                               atol=1e-4 if dtype == "float32" else 1e-12)

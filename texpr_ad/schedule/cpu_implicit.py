@@ -1,0 +1,213 @@
+"""Implicit im2col: a stride-1 convolution's product reads its padded input in place.
+
+`cpu.im2col` turns `O[n, f, y, x] = sum_{c, ry, rx} W[f, c, ry, rx] * X[n, c, y + ry - 1, x + rx - 1]`
+(guarded at the border) into a gather `col[n, c, ry, rx, y, x]` and one product per image.  The
+gather writes (and the product reads back) 9x the input: on conv2d 8x64x56^2 that is 58 MB
+through DRAM, about 2 ms of a 6 ms product.  For stride 1 each row of col is a run of a padded
+copy P of X, if the product is computed on P's width and cropped afterwards:
+
+    col[n][(c, ry, rx), y * PW + x] = P[n].flat[c * PH * PW + ry * PW + rx + (y * PW + x)]
+
+so texpr_ad's GEMM (`kernels/gemm_f32.matmul_rows`) reads the rows of B in place through a
+table of row offsets.  P is the padded input (8 MB, in cache), the product computes PW / W
+(here 58 / 56) more columns, and the crop copies the output once.
+
+`window` decides it, from the gathered operand's normal form (`normalize.Guarded`):
+* the read is `S[lead..., channels..., i_1 + o_1(r), ..., i_d + o_d(r)]`: the output's leading
+  axes that only it indexes (the batch), then plain reduction axes, then one index per
+  remaining output axis i_j (in the output's order, at the end of both), each that axis with
+  coefficient 1 plus an affine `o_j` of other reduction axes (dilation and flipped kernels
+  included; strides are not: their rows are not runs);
+* the output's axes are (lead, the other operand's own axes, i_1..i_d);
+* the guard, conjunct by conjunct, concerns one window dim each and is exactly "the index is
+  inside S" there (checked by enumeration: a causal mask or a dilation's `where` is not
+  padding, so it keeps the explicit gather);
+* float32 on texpr_ad's GEMM (`kernels/gemm_mode.enabled`): through BLAS the rows would have
+  to be gathered anyway.
+P is then a stage `P[lead, channels, p] = S[lead, channels, p + min o]` guarded by S's bounds
+(no stage when S already is P: an unpadded convolution).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from ..te.affine import to_affine
+from ..te.bounds import enumerate_holds
+from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, const
+from ..te.intrin import all as te_all
+from ..te.intrin import if_then_else
+from ..te.ops import Op
+from ..te.tensor import Tensor, compute
+from ..te.visit import substitute, walk
+from .normalize import Guarded
+from .plan import ComputeStage, Window
+
+MIN_COLS = 64  # output columns per row of the product at least (one micro-tile wide)
+
+
+@dataclass(frozen=True)
+class Implicit:
+    """What `window` found: the padded tensor (None: read S itself), its reads in the
+    contraction body (the new gathered operand), and the window record."""
+
+    padded: Tensor | None
+    read: Read
+    window: Window
+
+
+def _conjuncts(c: Expr | None) -> list[Expr]:
+    if c is None:
+        return []
+    if isinstance(c, Call) and c.op is Op.AND:
+        return [x for a in c.args for x in _conjuncts(a)]
+    return [c]
+
+
+def _const_int(e: Expr) -> int | None:
+    return int(e.value) if isinstance(e, Const) else None
+
+
+def window(g: Guarded, dtype: str, lead: Sequence[IterVar], mids: Sequence[IterVar],
+           inner: Sequence[IterVar], red: Sequence[IterVar], data: Sequence[IterVar],
+           name: str) -> Implicit | None:
+    """The implicit-im2col form of a contraction whose gathered operand is `g`, or None (see
+    the module docstring).  `lead`/`mids`/`inner`: the output axes indexed only by the gather
+    (leading), only by the other operand, and by the gather after the lead; `red`: the
+    reduction axes in the order of the product's K."""
+    from ..kernels.gemm_mode import enabled
+    if dtype != "float32" or not inner or list(data) != [*lead, *mids, *inner] or not enabled():
+        return None
+    s, idx = g.read.tensor, g.read.indices
+    shape = [_const_int(d) for d in s.shape]
+    nl, nd = len(lead), len(inner)
+    nc = len(idx) - nl - nd
+    if nc < 0 or any(d is None for d in shape) or tuple(idx[:nl]) != tuple(lead):
+        return None
+    chans = list(idx[nl:nl + nc])
+    if not all(isinstance(c, IterVar) and c in red for c in chans) or len(set(chans)) != nc:
+        return None
+    dims: list[tuple[dict[IterVar, int], int]] = []  # per window dim: {reduction axis: coeff}, const
+    for i, e in zip(inner, idx[nl + nc:], strict=True):
+        aff = to_affine(e)
+        if aff is None or aff[0].get(i) != 1 or _const_int(i.lo) != 0:
+            return None
+        terms = {k: v for k, v in aff[0].items() if k is not i}
+        if not all(isinstance(k, IterVar) and k in red and k not in chans for k in terms):
+            return None
+        dims.append((terms, aff[1]))  # type: ignore[arg-type]
+    used = [k for t, _ in dims for k in t]
+    if len(used) != len(set(used)) or set(used) | set(chans) != set(red):
+        return None  # a reduction axis in two window dims, or one the read does not use
+    exts = {k: _const_int(k.extent) for k in red}
+    outs = [_const_int(i.extent) for i in inner]
+    if any(v is None or v <= 0 for v in [*exts.values(), *outs]) \
+            or any(_const_int(k.lo) != 0 for k in red):
+        return None
+    lo = [c + sum(min(0, v * (exts[k] - 1)) for k, v in t.items()) for t, c in dims]
+    hi = [c + sum(max(0, v * (exts[k] - 1)) for k, v in t.items()) for t, c in dims]
+    grid = [o + h - low for o, h, low in zip(outs, hi, lo)]  # P's window dims
+    if not _guard_is_padding(g, inner, dims, shape[nl + nc:]):  # type: ignore[arg-type]
+        return None
+    pitch = [math.prod(grid[j + 1:]) for j in range(nd)]
+    if outs[-1] < MIN_COLS // 2 or sum((o - 1) * p for o, p in zip(outs, pitch)) < MIN_COLS:
+        return None  # rows too short for the micro-kernel's 64 columns
+    # P: S's lead and channel dims (the axes' extents), then the padded window dims
+    p_shape = [*(_const_int(a.extent) for a in lead), *(exts[c] for c in chans), *grid]
+    reads_s = lo == [0] * nd and p_shape == shape  # an unpadded convolution: P is S
+    chan_stride = {c: math.prod(p_shape[nl + q + 1:]) for q, c in enumerate(chans)}
+    strides = {**chan_stride, **{k: v * pitch[j] for j, (t, _) in enumerate(dims)
+                                 for k, v in t.items()}}
+    base = sum((c - low) * p for (_, c), low, p in zip(dims, lo, pitch))
+    flip = tuple(strides[k] < 0 for k in red)
+    base += sum(strides[k] * (exts[k] - 1) for k in red if strides[k] < 0)  # type: ignore[operator]
+    win = Window(tuple(exts[k] for k in red), tuple(abs(strides[k]) for k in red), flip, base,
+                 (outs[0], *grid[1:]), tuple(outs))  # type: ignore[arg-type]
+    padded = None if reads_s else _padded(s, nl + nc, lo, p_shape, name)
+    p = padded if padded is not None else s
+    at = [_shifted(i, t, c - low) for i, (t, c), low in zip(inner, dims, lo)]
+    return Implicit(padded, p[(*lead, *chans, *at)], win)
+
+
+def _shifted(i: IterVar, terms: dict[IterVar, int], off: int) -> Expr:
+    """`i + sum_k terms[k] * k + off`."""
+    e: Expr = i
+    for k, v in terms.items():
+        e = e + (k if v == 1 else k * v)
+    return e + off if off else e
+
+
+def _guard_is_padding(g: Guarded, inner: Sequence[IterVar], dims: list[tuple[dict, int]],
+                      extents: Sequence[int]) -> bool:
+    """The guard is, dim by window dim, exactly "the index lies inside S" (by enumeration)."""
+    groups: list[list[Expr]] = [[] for _ in dims]
+    for c in _conjuncts(g.cond):
+        vs = {v for v in walk(c) if isinstance(v, (IterVar, Read, Reduce))}
+        hit = [j for j, (t, _) in enumerate(dims) if vs <= {inner[j], *t}]
+        if not hit:
+            return False  # reads, other axes, or two window dims in one conjunct
+        groups[hit[0]].append(c)
+    for j, (i, (t, c)) in enumerate(zip(inner, dims)):
+        at = g.read.indices[len(g.read.indices) - len(dims) + j]
+        inside = te_all(at >= 0, at < extents[j])
+        guard = te_all(*groups[j]) if groups[j] else te_all(True)
+        if enumerate_holds(inside, [guard]) is not True or \
+                enumerate_holds(guard, [inside]) is not True:
+            return False
+    return True
+
+
+def _padded(s: Tensor, nkeep: int, lo: list[int], shape: list[int], name: str) -> Tensor:
+    """`P[keep..., p] = S[keep..., p + lo]` where that lies inside S, else 0."""
+    def body(*ax: IterVar) -> Expr:
+        at = [a + low if low else a for a, low in zip(ax[nkeep:], lo)]
+        conds: list[Expr] = []
+        for a, low, n, d in zip(at, lo, shape[nkeep:], s.shape[nkeep:]):
+            conds += [a >= 0] if low < 0 else []
+            conds += [a < d] if n + low > _const_int(d) else []  # type: ignore[operator]
+        v = s[(*ax[:nkeep], *at)]
+        return if_then_else(te_all(*conds), v, 0.0) if conds else v
+
+    body.axis_names = [*(f"k{q}" for q in range(nkeep)),  # type: ignore[attr-defined]
+                       *(f"p{q}" for q in range(len(lo)))]
+    return compute(tuple(shape), body, name=f"{name}_padded")
+
+
+def crop(s: ComputeStage, t: ComputeStage) -> ComputeStage | None:
+    """Stage `t` computing, as the window contraction `s` does, only the box of `s` it copies
+    (`t[axes] = s[axes + c]`, shifted on the window dims only: the input gradient of a padded
+    convolution, cropped from the padded grid), or None if `t` is not such a copy."""
+    c = s.cpu.contraction  # type: ignore[union-attr]
+    w = c.window
+    (body,) = t.bodies if len(t.bodies) == 1 else (None,)
+    if not (isinstance(body, Read) and body.tensor is s.tensors[0] and len(t.axes) == len(s.axes)):
+        return None
+    shift: list[int] = []
+    for a, i, e_s in zip(t.axes, body.indices, s.axes):
+        aff = to_affine(i)
+        if aff is None or set(aff[0]) != {a} or aff[0][a] != 1 or _const_int(a.lo) != 0 \
+                or _const_int(a.extent) is None:
+            return None
+        shift.append(aff[1])
+    nw = len(w.out)
+    outs = [_const_int(a.extent) for a in t.axes]
+    if any(shift[:-nw]) or any(not a.extent.same_as(b.extent) for a, b in
+                               zip(t.axes[:-nw], s.axes[:-nw])):
+        return None
+    box = list(zip(shift[-nw:], outs[-nw:], w.out))
+    if any(k < 0 or k + o > full for k, o, full in box):  # type: ignore[operator]
+        return None
+    pitch = [math.prod(w.grid[j + 1:]) for j in range(nw)]
+    win = replace(w, base=w.base + sum(k * p for k, p in zip(shift[-nw:], pitch)),
+                  grid=(outs[-nw], *w.grid[1:]), out=tuple(outs[-nw:]))  # type: ignore[arg-type]
+    if win.out[-1] < MIN_COLS // 2 or win.cols < MIN_COLS:
+        return None
+    new_body = substitute(s.bodies[0], dict(zip(s.axes, body.indices, strict=True)))
+    con = replace(c, window=win, sizes=(*c.sizes[:3], const(win.cols, "int64")),
+                  bmn_shape=tuple(a.extent for a in t.axes))
+    note = (f"cropped: the window contraction of {s.name}, computed only on the box "
+            f"{body.tensor.name}[{', '.join(f'{k}:{k + o}' for k, o in zip(shift, outs))}] "
+            f"this stage copies")
+    return replace(t, bodies=(new_body,), cpu=replace(s.cpu, contraction=con), parallel=False,
+                   fused=0, reduction=s.reduction, notes=(*t.notes, *s.notes, note))
