@@ -152,7 +152,8 @@ def drop_unread(stages: list[Stage], plan: Plan) -> tuple[list[Stage], tuple[Inl
         if ts and not st.is_output and not any(id(t) in read for t in ts):
             into = ", ".join(dict.fromkeys(n for t in ts for n in before.get(id(t), [])))
             dropped.append(Inline(st.name, into or "-", "a padding stage evaluated inside the "
-                                  "im2col gathers of its readers, so no padded copy is stored"))
+                                  "im2col gathers (or implicit im2col's padded copies) of its "
+                                  "readers"))
             continue
         out.append(st)
         read.update(id(r.tensor) for r in _reads(st))
