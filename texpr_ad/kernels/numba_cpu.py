@@ -156,16 +156,21 @@ def window_matmul(a: Any, src: Any, extents: tuple[int, ...], strides: tuple[int
 
 
 _SCRATCH = threading.local()
+SCRATCH_KEEP = 4  # scratch arrays kept per thread (the window stages of a kernel, typically)
 
 
 def _scratch(shape: tuple[int, ...], dtype: Any) -> Any:
     """An uninitialized array reused by the calls of one thread with the same shape and dtype
-    (a large `np.empty` would fault its pages in again on every call)."""
+    (a large `np.empty` would fault its pages in again on every call); the SCRATCH_KEEP most
+    recently used are kept."""
     key = (shape, np.dtype(dtype))
-    got = getattr(_SCRATCH, "buf", None)
-    if got is None or got[0] != key:
-        _SCRATCH.buf = got = (key, np.empty(shape, dtype))
-    return got[1]
+    kept: dict = getattr(_SCRATCH, "arrays", None) or {}
+    buf = kept.pop(key, None)
+    if buf is None:
+        buf = np.empty(shape, dtype)
+    kept[key] = buf  # most recent last
+    _SCRATCH.arrays = dict(list(kept.items())[-SCRATCH_KEEP:])
+    return buf
 
 
 def blas_stack_matmul(a: Any, b: Any, out: Any) -> None:
