@@ -1,10 +1,14 @@
-"""Debug flags read from the environment, with a context manager for tests.
+"""Flags read from the environment, with a context manager for tests.
 
 TEXPR_DEBUG levels: 1 prints derived adjoints, 2 adds kernel plans, 3 the generated source.
+TEXPR_AD_GEMM: auto (the default), native or blas: whether float32 contractions run on
+texpr_ad's own GEMM (`kernels/gemm_f32.py`); the CPU planner asks too, as it reads a
+convolution's padded input in place only for that kernel (`schedule/cpu_implicit.py`).
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from typing import Iterator
 
@@ -31,3 +35,25 @@ def flags(debug: int | None = None) -> Iterator[None]:
     finally:
         _overrides.clear()
         _overrides.update(old)
+
+
+_GEMM_MODES = ("auto", "native", "blas")
+
+
+def gemm_mode() -> str:
+    """`TEXPR_AD_GEMM`: auto (the default), native or blas."""
+    value = os.environ.get("TEXPR_AD_GEMM", "auto").strip().lower() or "auto"
+    if value not in _GEMM_MODES:
+        raise ValueError(f"TEXPR_AD_GEMM={value!r}: expected one of {', '.join(_GEMM_MODES)}")
+    return value
+
+
+@functools.cache
+def native_gemm() -> bool:
+    """Whether float32 products run on `kernels/gemm_f32.py`: `gemm_mode()`, where auto means
+    the host CPU has AVX-512F."""
+    mode = gemm_mode()
+    if mode != "auto":
+        return mode == "native"
+    import llvmlite.binding as ll
+    return "+avx512f" in ll.get_host_cpu_features().flatten().split(",")

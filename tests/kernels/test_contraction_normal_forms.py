@@ -8,7 +8,7 @@ import pytest
 
 import texpr_ad as ta
 from texpr_ad import te
-from texpr_ad.kernels import gemm_mode
+from texpr_ad import _env
 from texpr_ad.ops import nn
 from texpr_ad.schedule import plan_kernel
 
@@ -98,7 +98,7 @@ def test_registry_padding_stage_is_folded_into_the_gather(stride):
         assert any(i.stage == "conv2d_pad" and "im2col" in i.reason for i in plan.inlined)
     c = fwd.stage("conv2d").cpu.contraction  # one product per image, written in place
     assert c.shared == "a" and c.out_perm is None, str(fwd)
-    if stride == 1 and gemm_mode.enabled():  # read in place from a padded copy (implicit im2col)
+    if stride == 1 and _env.native_gemm():  # read in place from a padded copy (implicit im2col)
         assert c.window is not None and c.b.name == "conv2d_padded", str(fwd)
     else:
         assert "folded: padding stage conv2d_pad" in _notes(fwd, "conv2d_im2col"), str(fwd)

@@ -11,7 +11,7 @@ import pytest
 
 import texpr_ad as ta
 from texpr_ad import te
-from texpr_ad.kernels import gemm_mode
+from texpr_ad import _env
 from texpr_ad.kernels.numba_cpu import window_matmul
 from texpr_ad.ops import nn
 from texpr_ad.schedule import plan_kernel
@@ -26,13 +26,13 @@ def rng():
 
 @pytest.fixture
 def gemm(monkeypatch):
-    """Set TEXPR_AD_GEMM for one test (the planner asks gemm_mode.enabled, which caches)."""
+    """Set TEXPR_AD_GEMM for one test (the planner asks _env.native_gemm, which caches)."""
     def set_(value):
         monkeypatch.setenv("TEXPR_AD_GEMM", value)
-        gemm_mode.enabled.cache_clear()
+        _env.native_gemm.cache_clear()
     yield set_
     monkeypatch.delenv("TEXPR_AD_GEMM", raising=False)
-    gemm_mode.enabled.cache_clear()
+    _env.native_gemm.cache_clear()
 
 
 def _shape(t):

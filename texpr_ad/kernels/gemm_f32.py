@@ -37,7 +37,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import threads
-from .gemm_mode import enabled, mode  # noqa: F401  (the kernel's switch, re-exported)
+from .._env import gemm_mode as mode, native_gemm as enabled  # noqa: F401  (its switch)
 
 MR, NV = 6, 4           # micro-tile rows, and zmm vectors per row (24 accumulators)
 W = 16                  # float32 lanes in a zmm register

@@ -22,7 +22,7 @@ table of row offsets.  P is the padded input (8 MB, in cache), the product compu
 * the guard, conjunct by conjunct, concerns one window dim each and is exactly "the index is
   inside S" there (checked by enumeration: a causal mask or a dilation's `where` is not
   padding, so it keeps the explicit gather);
-* float32 on texpr_ad's GEMM (`kernels/gemm_mode.enabled`): through BLAS the rows would have
+* float32 on texpr_ad's GEMM (`_env.native_gemm`): through BLAS the rows would have
   to be gathered anyway.
 P is then a stage `P[lead, channels, p] = S[lead, channels, p + min o]` guarded by S's bounds
 (no stage when S already is P: an unpadded convolution).
@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from .._env import native_gemm
 from ..te.affine import to_affine
 from ..te.bounds import enumerate_holds
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, const
@@ -76,8 +77,7 @@ def window(g: Guarded, dtype: str, lead: Sequence[IterVar], mids: Sequence[IterV
     the module docstring).  `lead`/`mids`/`inner`: the output axes indexed only by the gather
     (leading), only by the other operand, and by the gather after the lead; `red`: the
     reduction axes in the order of the product's K."""
-    from ..kernels.gemm_mode import enabled
-    if dtype != "float32" or not inner or list(data) != [*lead, *mids, *inner] or not enabled():
+    if dtype != "float32" or not inner or list(data) != [*lead, *mids, *inner] or not native_gemm():
         return None
     s, idx = g.read.tensor, g.read.indices
     shape = [_const_int(d) for d in s.shape]
