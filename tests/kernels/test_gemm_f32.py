@@ -136,3 +136,18 @@ def test_contraction_stages_dispatch(gemm_mode, monkeypatch, mode, dtype, native
     (y,) = kern(x, w)
     assert bool(calls) == native
     np.testing.assert_allclose(y, x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("segments,rows,k,n", [(2, [3, 17, 5, 100, 200, 1, 7, 9, 11, 13, 50, 60, 70], 650, 70),
+                                              (1, [0], 1, 1), (3, list(range(0, 4000, 33)), 700, 64)])
+def test_matmul_a_rows(segments, rows, k, n):
+    """A's rows are runs of a flat array per segment (any order, tails of rows, columns and k
+    chunks), summed over the segments."""
+    r = np.random.default_rng(k + n)
+    flat = r.standard_normal((segments, max(rows) + k + 3)).astype(np.float32)
+    b = r.standard_normal((segments, k, n)).astype(np.float32)
+    out = np.full((len(rows), n), np.nan, np.float32)
+    gemm_f32.matmul_a_rows(flat, np.asarray(rows, np.int64), b, out)
+    a = np.stack([[flat[s, o:o + k] for o in rows] for s in range(segments)]).astype(np.float64)
+    want = np.einsum("smk,skn->mn", a, b.astype(np.float64))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.sqrt(k))

@@ -12,7 +12,7 @@ import pytest
 import texpr_ad as ta
 from texpr_ad import te
 from texpr_ad import _env
-from texpr_ad.kernels.numba_cpu import window_matmul
+from texpr_ad.kernels.numba_cpu import window_matmul, window_matmul_a
 from texpr_ad.ops import nn
 from texpr_ad.schedule import plan_kernel
 
@@ -99,6 +99,15 @@ def test_registry_conv2d_reads_its_padded_input_in_place(gemm):
     win = _window(bwd, dx.op.name)
     assert win is not None and win.flip == (False, True, True) and win.out == (34, 34), str(bwd)
     assert any(n.startswith("cropped:") for n in bwd.stage(dx.op.name).notes), str(bwd)
+    # the weight gradient: windows of the padded input as A's rows (c, ry, rx), summed over
+    # the batch, against the head on the padded grid (zero in its two padded columns)
+    dw = next(s for s in bwd.stages if s.cpu.contraction is not None
+              and s.cpu.contraction.window is not None and s.cpu.contraction.window.side == "a")
+    win = dw.cpu.contraction.window
+    assert (win.extents, win.strides, win.base, win.out) == (
+        (4, 3, 3), (36 * 36, 36, 1), 0, (34, 34)), str(bwd)
+    assert _shape(dw.cpu.contraction.b) == (2, 34, 36, 8), str(bwd)
+    assert not any(s.name.endswith("_im2col") for s in bwd.stages), str(bwd)
 
 
 @pytest.mark.parametrize("pad,dil,k,hw", [(1, 1, 3, (34, 40)), (2, 2, 3, (33, 35)),
@@ -178,5 +187,27 @@ def test_window_matmul_matches_an_explicit_gather(gemm, dtype):
     full = np.zeros((nb, m, out_hw[0] * pw))
     full[:, :, :cols] = a.astype(np.float64) @ b
     want = full.reshape(nb, m, out_hw[0], pw)[..., :out_hw[1]]
+    np.testing.assert_allclose(out, want, rtol=1e-5 if dtype == "float32" else 1e-12,
+                               atol=1e-4 if dtype == "float32" else 1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_window_matmul_a_matches_an_explicit_gather(gemm, dtype):
+    """The weight-gradient runtime: windows as A's rows, summed over the batch, both paths."""
+    gemm("native")
+    r = rng()
+    nb, c, pw, ph, n = 3, 7, 40, 23, 70
+    src = r.standard_normal((nb, c, ph, pw)).astype(dtype)
+    extents, strides, base = (c, 2, 3), (ph * pw, 2 * pw, 1), 5
+    sliding, grid = (20, 34), (20, pw)
+    b = r.standard_normal((nb, sliding[0] * pw, n)).astype(dtype)
+    out = np.full((c * 6, n), np.nan, dtype)
+    window_matmul_a(src, extents, strides, base, grid, sliding, b, out)
+    flat = src.reshape(nb, -1).astype(np.float64)
+    rows = [base + i * strides[0] + j * strides[1] + k * strides[2]
+            for i in range(c) for j in range(2) for k in range(3)]
+    cols = (sliding[0] - 1) * pw + sliding[1]
+    want = sum(np.stack([flat[q, s:s + cols] for s in rows]) @ b[q, :cols].astype(np.float64)
+               for q in range(nb))
     np.testing.assert_allclose(out, want, rtol=1e-5 if dtype == "float32" else 1e-12,
                                atol=1e-4 if dtype == "float32" else 1e-12)

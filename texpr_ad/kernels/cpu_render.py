@@ -296,6 +296,20 @@ class CPURender(_Render):
         out = self.tensor(st.tensors[0])  # type: ignore[arg-type]
         bs, ms, ks, ns = (top(self.expr(x, {})) for x in c.sizes)
         self.emit(1, "with objmode():")
+        if c.window is not None and c.window.side == "a":  # A: windows of c.a, summed over bs
+            w = c.window
+            res = self.names.fresh(f"{st.name}_c")
+            if c.out_perm is None:
+                self.emit(2, f"{res} = {out}.reshape(({ms}, {ns}))")
+            else:
+                self.emit(2, f"{res} = np.empty(({ms}, {ns}), dtype={out}.dtype)")
+            self.emit(2, f"window_matmul_a({self.tensor(c.a)}, {w.extents!r}, {w.strides!r}, "
+                         f"{w.base}, {w.grid!r}, {w.out!r}, "
+                         f"{self.tensor(c.b)}.reshape(({bs}, -1, {ns})), {res})")
+            if c.out_perm is not None:
+                self.emit(2, f"{out}[...] = {res}.reshape({self.shape(c.bmn_shape)})"
+                             f".transpose({c.out_perm!r})")
+            return
         if c.window is not None:  # B: a sliding window over c.b, read in place
             w = c.window
             v = self.names.fresh(f"{st.name}_a")

@@ -46,16 +46,15 @@ KC = 320                # most k per chunk (k splits into equal chunks): a B blo
 MC = 64 * MR            # most rows per work item: a packed A chunk is at most 480 KiB (L2)
 MIN_FLOPS = 1 << 20     # smaller products go to BLAS (the prange launch would dominate)
 
-def handles(a: np.ndarray, b: np.ndarray, out: np.ndarray, n: int) -> bool:
-    """Whether this kernel runs the product of `a` (nb x m x k) with a B of `b`'s dtype and
-    `n` columns into `out` (float32, large enough, and parallel regions allowed: not in a
-    child forked after GNU OpenMP started, whose kernels run serial builds, `threads.py`)."""
-    if not (a.dtype == b.dtype == out.dtype == np.float32):
+def handles(arrays: tuple[np.ndarray, ...], flops: int) -> bool:
+    """Whether this kernel runs a product of `flops` floating-point operations on `arrays`
+    (all float32, large enough, and parallel regions allowed: not in a child forked after GNU
+    OpenMP started, whose kernels run serial builds, `threads.py`)."""
+    if any(x.dtype != np.float32 for x in arrays):
         return False
     if threads.STATE.forked and threads.STATE.gnu_omp:
         return False
-    nb, m, k = a.shape
-    return 2 * nb * m * k * n >= MIN_FLOPS and enabled()
+    return flops >= MIN_FLOPS and enabled()
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
@@ -75,6 +74,26 @@ def matmul_rows(a: np.ndarray, flat: np.ndarray, rows: np.ndarray, cols: int,
     are runs of one flat array per batch entry (an implicit im2col: `cpu_implicit.py`).
     `flat` is C-contiguous, `rows` int64 and in bounds (`rows[p] + cols <= flat.shape[1]`)."""
     _run(a, flat.reshape(-1), flat.shape[1], rows, -1, 1, cols, out)
+
+
+def matmul_a_rows(flat: np.ndarray, rows: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """`out = sum_s A_s @ b[s]` with `A_s[i, p] = flat[s, rows[i] + p]` for p < b.shape[1]: the
+    rows of A are runs of one flat array per summed batch entry (the weight gradient of an
+    implicit im2col: `cpu_implicit.py`).  `flat` C-contiguous, `rows` int64 and in bounds;
+    `out` (len(rows) x n) contiguous."""
+    _compiled_a_rows()(flat.reshape(-1), flat.shape[1], rows, b, out, get_num_threads())
+
+
+@functools.cache
+def _compiled_a_rows() -> Any:
+    """`_gemm_a_rows` compiled once (see `_compiled`)."""
+    flat = types.Array(types.float32, 1, "A", readonly=True)
+    rows = types.Array(types.int64, 1, "A", readonly=True)
+    b = types.Array(types.float32, 3, "A", readonly=True)
+    c = types.Array(types.float32, 2, "A")
+    _gemm_a_rows.compile((flat, types.intp, rows, b, c, types.intp))
+    _gemm_a_rows.disable_compile()
+    return _gemm_a_rows
 
 
 def _run(a: np.ndarray, flat: np.ndarray, qs: int, rows: np.ndarray, ldb: int, cs: int, n: int,
@@ -101,15 +120,17 @@ def _compiled() -> Any:
     return _gemm
 
 
-def _micro_kernel(table: bool) -> Any:
+def _micro_kernel(table: bool, a_table: bool = False) -> Any:
     """The micro-kernel intrinsic `tile(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate)`:
 
-        c[i*ldc + j] (+)= sum_p a[p*a_ps + i*a_is] * b[row(p) + j]  for i < MR, j < NR,
+        c[i*ldc + j] (+)= sum_p a[p*a_ps + arow(i)] * b[row(p) + j]  for i < MR, j < NR,
 
     row(p) = rows[p] if `table` (B's rows unequally spaced: an implicit im2col), else p*ldb (a
-    separate build: the table load costs 6-13% where it is not needed).  `a`, `b`, `c` are
-    addresses of float32 data, `rows` of int64 row offsets, the strides count elements; the
-    sum is added to c when `accumulate`, stored otherwise."""
+    separate build: the table load costs 6-13% where it is not needed); arow(i) = a_is[i] if
+    `a_table` (then `a_is` is the address of MR int64 row offsets: A's rows are windows of an
+    implicit im2col, in a weight gradient), else i*a_is.  `a`, `b`, `c` are addresses of
+    float32 data, `rows` of int64 row offsets, the strides count elements; the sum is added
+    to c when `accumulate`, stored otherwise."""
     sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp,
                      types.intp, types.intp, types.intp, types.boolean)
 
@@ -129,7 +150,11 @@ def _micro_kernel(table: bool) -> Any:
         zero = ir.Constant(vty, [0.0] * W)
         acc = [[cgutils.alloca_once_value(builder, zero) for _ in range(NV)] for _ in range(MR)]
         crow = [builder.mul(idx(i), ldc) for i in range(MR)]
-        arow = [builder.mul(idx(i), a_is) for i in range(MR)]
+        if a_table:
+            pat = builder.inttoptr(a_is, idx.as_pointer())
+            arow = [builder.load(builder.gep(pat, [idx(i)])) for i in range(MR)]
+        else:
+            arow = [builder.mul(idx(i), a_is) for i in range(MR)]
         with builder.if_then(acc_flag):
             for i in range(MR):
                 for v in range(NV):
@@ -166,7 +191,8 @@ def _micro_kernel(table: bool) -> Any:
     return intrinsic(tile)
 
 
-_tile_spaced, _tile_table = _micro_kernel(False), _micro_kernel(True)
+_tile_spaced, _tile_table, _tile_a_rows = (_micro_kernel(False), _micro_kernel(True),
+                                           _micro_kernel(False, True))
 
 
 @njit(inline="always")
@@ -281,3 +307,84 @@ def _gemm(a, flat, qs, brows, ldb, cs, n, c, threads):  # type: ignore[no-untype
         r0 = rg * rows
         _item(a[q], flat, q * qs, brows, ldb, cs, c[q], r0, min(rows, m - r0), cg * per_cg,
               min(n, (cg + 1) * per_cg), ap, bt, tile)
+
+
+@njit(cache=True)
+def _item_a_rows(flat, qs, arows, b, c, r0, rows, j0, j1, ap, bt, tile):  # type: ignore[no-untyped-def]
+    """c[r0:r0+rows, j0:j1] = sum_s A_s[r0:r0+rows] @ b[s][:, j0:j1], A_s[i, p] =
+    flat[s*qs + arows[i] + p]: whole MR-row panels read in place through the row table, a tail
+    panel packed; B blocks in place where its rows are contiguous and the block is whole."""
+    nseg, k = b.shape[0], b.shape[1]
+    ldc = c.strides[0] // 4
+    full = rows // MR
+    n_panels = (rows + MR - 1) // MR
+    f0, r_at, c0 = flat.ctypes.data, arows.ctypes.data, c.ctypes.data
+    ap0, bt0, t0 = ap.ctypes.data, bt.ctypes.data, tile.ctypes.data
+    step = (k + (k + KC - 1) // KC - 1) // ((k + KC - 1) // KC)
+    for q in range(nseg):
+        bq = b[q]
+        ldb, b_in_place = bq.strides[0] // 4, bq.strides[1] == 4
+        for pc in range(0, k, step):
+            kc = min(step, k - pc)
+            first = q == 0 and pc == 0
+            if full < n_panels:  # the tail panel: rows of flat, zero-padded to MR
+                i0 = r0 + full * MR
+                for p in range(kc):
+                    for i in range(MR):
+                        ap[p * MR + i] = flat[q * qs + arows[i0 + i] + pc + p] \
+                            if i0 + i < r0 + rows else 0.0
+            for jb in range(j0, j1, NR):
+                cols = min(NR, j1 - jb)
+                if b_in_place and cols == NR:
+                    b_at, b_ld = bq.ctypes.data + 4 * (pc * ldb + jb), ldb
+                else:
+                    for p in range(kc):
+                        for j in range(NR):
+                            bt[p, j] = bq[pc + p, jb + j] if j < cols else 0.0
+                    b_at, b_ld = bt0, NR
+                for ib in range(n_panels):
+                    i0 = r0 + ib * MR
+                    mr = min(MR, r0 + rows - i0)
+                    c_at, c_ld = (c0 + 4 * (i0 * ldc + jb), ldc) if mr == MR and cols == NR \
+                        else (t0, NR)
+                    if ib < full:
+                        _tile_a_rows(f0 + 4 * (q * qs + pc), 1, r_at + 8 * i0, b_at, b_ld, 0, kc,
+                                     c_at, c_ld, not first and c_at != t0)
+                    else:
+                        _tile_spaced(ap0, MR, 1, b_at, b_ld, 0, kc, c_at, c_ld,
+                                     not first and c_at != t0)
+                    if c_at == t0:
+                        for i in range(mr):
+                            for j in range(cols):
+                                if first:
+                                    c[i0 + i, jb + j] = tile[i, j]
+                                else:
+                                    c[i0 + i, jb + j] += tile[i, j]
+
+
+@njit(parallel=True, cache=True)
+def _gemm_a_rows(flat, qs, arows, b, c, threads):  # type: ignore[no-untyped-def]
+    """c = sum_s A_s @ b[s], A_s[i, p] = flat[s*qs + arows[i] + p]; c's rows contiguous.
+    Items: (row group, column group), each summing over every s."""
+    m, n = c.shape
+    nseg, k = b.shape[0], b.shape[1]
+    if m == 0 or n == 0:
+        return
+    if k == 0 or nseg == 0:
+        c[...] = 0.0
+        return
+    n_rg = max((m + MC - 1) // MC, min(threads, (m + MR - 1) // MR))
+    rows = ((m + n_rg - 1) // n_rg + MR - 1) // MR * MR
+    n_rg = (m + rows - 1) // rows
+    n_cb = (n + NR - 1) // NR
+    n_cg = min(n_cb, (threads + n_rg - 1) // n_rg)
+    per_cg = (n_cb + n_cg - 1) // n_cg * NR
+    n_cg = (n + per_cg - 1) // per_cg
+    for it in prange(n_rg * n_cg):
+        rg, cg = it // n_cg, it % n_cg
+        ap = np.empty(MR * KC, np.float32)
+        bt = np.empty((KC, NR), np.float32)
+        tile = np.empty((MR, NR), np.float32)
+        r0 = rg * rows
+        _item_a_rows(flat, qs, arows, b, c, r0, min(rows, m - r0), cg * per_cg,
+                     min(n, (cg + 1) * per_cg), ap, bt, tile)

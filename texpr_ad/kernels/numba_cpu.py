@@ -56,7 +56,7 @@ class CPURenderer(Renderer):
 
     target = "cpu"
     header = ("import math", "import numpy as np", "from numba import njit, objmode, prange",
-              "from texpr_ad.kernels.numba_cpu import stack_matmul, window_matmul",
+              "from texpr_ad.kernels.numba_cpu import stack_matmul, window_matmul, window_matmul_a",
               "from texpr_ad.kernels.vecmath import exp_f32, fmax, fmaximum, fmin, fminimum, radd, "
               "tanh_f32  "
               f"# vecmath {_VECMATH}")
@@ -117,7 +117,7 @@ def stack_matmul(a: Any, b: Any, out: Any) -> None:
     BLAS's own threads, whose workers then spin into the next Numba loop).
     """
     from . import gemm_f32  # imports numba: not at module level (rendering must not)
-    if gemm_f32.handles(a, b, out, b.shape[2]):
+    if gemm_f32.handles((a, b, out), 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]):
         gemm_f32.matmul(a, b, out)
     else:
         blas_stack_matmul(a, b, out)
@@ -136,14 +136,11 @@ def window_matmul(a: Any, src: Any, extents: tuple[int, ...], strides: tuple[int
     from . import gemm_f32
     nb, m = out.shape[:2]
     flat = np.ascontiguousarray(src).reshape(nb, -1)
-    rows = np.full((), base, np.int64)
-    for e, s in zip(extents, strides):
-        rows = np.add.outer(rows, np.arange(e, dtype=np.int64) * s)
-    rows = rows.ravel()
+    rows = _row_offsets(extents, strides, base)
     pitch = [int(np.prod(grid[d + 1:])) for d in range(len(grid))]
     cols = sum((o - 1) * p for o, p in zip(out.shape[2:], pitch)) + 1
     full = _scratch((nb, m, int(np.prod(grid))), out.dtype)
-    if gemm_f32.handles(a, flat, out, cols):
+    if gemm_f32.handles((a, flat, out), 2 * nb * m * len(rows) * cols):
         gemm_f32.matmul_rows(a, flat, rows, cols, full)
     else:
         item = flat.itemsize
@@ -153,6 +150,39 @@ def window_matmul(a: Any, src: Any, extents: tuple[int, ...], strides: tuple[int
         blas_stack_matmul(a, view.reshape(nb, len(rows), cols), full[:, :, :cols])
     crop = (slice(None), slice(None), *(slice(0, o) for o in out.shape[2:]))
     out[...] = full.reshape((nb, m, *grid))[crop]
+
+
+def window_matmul_a(src: Any, extents: tuple[int, ...], strides: tuple[int, ...], base: int,
+                    grid: tuple[int, ...], sliding: tuple[int, ...], b: Any, out: Any) -> None:
+    """`out = sum_q A[q] @ b[q, :cols]` where row k of A[q] is the run of `cols` elements of
+    `src[q]` (flattened) from `base + sum_i k_i * strides[i]` (k's digits over `extents`),
+    `cols` the padded grid's valid span for the `sliding` extents: the runtime of an
+    implicit-im2col weight gradient (`plan.Window` with side "a"); `b` is zero at the padded
+    columns.  On texpr_ad's float32 GEMM the rows are read in place; otherwise they are
+    gathered (a strided view, copied) for BLAS."""
+    from . import gemm_f32
+    nb = b.shape[0]
+    flat = np.ascontiguousarray(src).reshape(nb, -1)
+    rows = _row_offsets(extents, strides, base)
+    pitch = [int(np.prod(grid[d + 1:])) for d in range(len(grid))]
+    cols = sum((o - 1) * p for o, p in zip(sliding, pitch)) + 1
+    if gemm_f32.handles((flat, b, out), 2 * len(rows) * nb * cols * out.shape[1]):
+        gemm_f32.matmul_a_rows(flat, rows, b[:, :cols], out)
+        return
+    item = flat.itemsize
+    view = np.lib.stride_tricks.as_strided(
+        flat[:, base:], (nb, *extents, cols), (flat.strides[0], *(s * item for s in strides), item),
+        writeable=False)
+    a = view.reshape(nb, len(rows), cols).transpose(1, 0, 2).reshape(1, len(rows), nb * cols)
+    blas_stack_matmul(a, np.ascontiguousarray(b[:, :cols]).reshape(1, nb * cols, -1), out[None])
+
+
+def _row_offsets(extents: tuple[int, ...], strides: tuple[int, ...], base: int) -> Any:
+    """`base + sum_i k_i * strides[i]` for every k (digits over `extents`, row-major), int64."""
+    rows = np.full((), base, np.int64)
+    for e, s in zip(extents, strides):
+        rows = np.add.outer(rows, np.arange(e, dtype=np.int64) * s)
+    return rows.ravel()
 
 
 _SCRATCH = threading.local()

@@ -88,14 +88,13 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
         ov = overrides.get(st.name, {})
         st = replace(st, cpu=CpuStagePlan())
         if isinstance(st, ComputeStage):
-            col, st = im2col(st, ov, _NO_EXPAND)
-            if col is None and st.cpu.contraction is None:
+            pre, st = im2col(st, ov, _NO_EXPAND)
+            if not pre and st.cpu.contraction is None:
                 col, st = factor_contraction(st, ov, _NO_EXPAND)
                 if col is not None:
-                    col = cpu_strategies(col, {})
-                    st = (not ov and col2im_scatter(st, col.tensors[0])) or st
-            if col is not None:
-                stages.append(_cpu(col))
+                    pre = (cpu_strategies(col, {}),)
+                    st = (not ov and col2im_scatter(st, pre[0].tensors[0])) or st
+            stages.extend(_cpu(c) for c in pre)
             st = cpu_strategies(st, ov) if isinstance(st, ComputeStage) else scatter_block(st)
         elif "parallel" not in ov:
             st = scatter_block(st)
@@ -371,29 +370,31 @@ def _plain(r: Read, axes: set[IterVar]) -> bool:
 
 
 def im2col(st: ComputeStage, ov: Mapping[str, Any],
-            expand: Expander) -> tuple[ComputeStage | None, ComputeStage]:
+            expand: Expander) -> tuple[tuple[ComputeStage, ...], ComputeStage]:
     """Split `sum_K A[plain] * B[affine]` (a convolution and its weight gradient) into a gather
-    stage `col[data axes of B, K] = B[..]` and a contraction of A with `col` (then BLAS)."""
+    stage `col[data axes of B, K] = B[..]` and a contraction of A with `col` (then BLAS), or,
+    on texpr_ad's GEMM, into the stages an implicit im2col reads (`_implicit`): the stages to
+    run first, and the contraction stage."""
     loop_keys = {"order", "fuse", "parallel"} & set(ov)
     if not ov.get("blas", not loop_keys):
-        return None, st
+        return (), st
     body = _single_sum(st)
     if body is None:
-        return None, st
+        return (), st
     box = normalize.boxed(body, st.axes)  # dependent windows -> constant hull + guard
     if box is not None:
         body = box.body
     src = body.source[0]
     if not (isinstance(src, Call) and src.op is Op.MUL
             and all(a.dtype == body.dtype for a in src.args)):
-        return None, st
+        return (), st
     data, red = tuple(st.axes), tuple(body.axis)
     allax = set(data) | set(red)
     if any(not (_is_zero(k.lo) and isinstance(k.extent, Const)) for k in red):
-        return None, st
+        return (), st
     plain = [isinstance(r, Read) and _plain(r, allax) for r in src.args]
     if plain != [True, False] and plain != [False, True]:
-        return None, st
+        return (), st
     a, other = (src.args[0], src.args[1]) if plain[0] else (src.args[1], src.args[0])
     assert isinstance(a, Read)
     # the gathered operand in normal form: a guarded read, padding stages folded in
@@ -401,11 +402,11 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
     if gathered is not None and box is not None:
         gathered = normalize.with_guard(gathered, box.cond)
     if gathered is None or not normalize.axes_only(gathered, allax):
-        return None, st
+        return (), st
     g = gathered.read
     used = {v for i in g.indices for v in walk(i)}
     if any(k not in used or k not in a.indices for k in red):
-        return None, st
+        return (), st
     if ov.get("implicit", True):
         done = _implicit(st, body, a, gathered, box)
         if done is not None:
@@ -427,7 +428,7 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
         axes = lead + (list(red) + inner if last in inner else inner + list(red))
     size = _work(axes, ())
     if math.isinf(size) or size > MAX_IM2COL or _work(data, (body,)) < MIN_BLAS_WORK:
-        return None, st
+        return (), st
     from ..te.tensor import compute
     name = f"{st.name}_im2col"
 
@@ -456,12 +457,12 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
                         f"the gather's guard, a contraction again (a non-finite {a.tensor.name} "
                         f"value then meets the guard's zeros: NaN where the windows would skip "
                         f"it; override blas=False keeps the windows)")
-    return col_stage, replace(st, bodies=(new_body,), notes=(*st.notes, *notes),
+    return (col_stage,), replace(st, bodies=(new_body,), notes=(*st.notes, *notes),
                               reduction=_reduction_notes((new_body,), st.axes))
 
 
 def _implicit(st: ComputeStage, body: Reduce, a: Read, gathered: normalize.Guarded,
-              box: normalize.Boxed | None) -> tuple[ComputeStage | None, ComputeStage] | None:
+              box: normalize.Boxed | None) -> tuple[tuple[ComputeStage, ...], ComputeStage] | None:
     """`im2col` without the gather: the product reads a padded copy of the gathered tensor in
     place (`cpu_implicit.py`), or None where that does not apply."""
     data, red = tuple(st.axes), tuple(body.axis)
@@ -469,11 +470,13 @@ def _implicit(st: ComputeStage, body: Reduce, a: Read, gathered: normalize.Guard
     lead = list(itertools.takewhile(lambda x: x in used and x not in a.indices, data))
     mids = [x for x in data if x not in used]
     inner = [x for x in data if x in used and x not in lead]
-    if set(a.indices) != set(mids) | set(red) or _work(data, (body,)) < MIN_BLAS_WORK:
+    if _work(data, (body,)) < MIN_BLAS_WORK:
         return None
-    imp = cpu_implicit.window(gathered, body.dtype, lead, mids, inner, red, data, st.name)
+    imp = None
+    if set(a.indices) == set(mids) | set(red):
+        imp = cpu_implicit.window(gathered, body.dtype, lead, mids, inner, red, data, st.name)
     if imp is None:
-        return None
+        return _implicit_weight(st, body, a, gathered)
     w = imp.window
     sizes = (_product([x.extent for x in lead]), _product([x.extent for x in mids]),
              _product([k.extent for k in red]), const(w.cols, "int64"))
@@ -482,15 +485,45 @@ def _implicit(st: ComputeStage, body: Reduce, a: Read, gathered: normalize.Guard
     new_body = replace(body, source=(Call(Op.MUL, (a, imp.read), body.dtype),))
     notes = [f"implicit im2col: the product reads {imp.read.tensor.name} in place as a sliding "
              f"window (no gather of {gathered.read.tensor.name} is stored)"]
-    pad = None
-    if imp.padded is not None:
-        pad = compute_stage(imp.padded.op, imp.padded.name, False, _NO_EXPAND, {},
-                            {(id(imp.padded.op), 0): imp.padded})
-        pad = replace(pad, notes=(f"materialized: {gathered.read.tensor.name} padded for the "
-                                  f"implicit im2col of stage {st.name}",))
+    pre = () if imp.padded is None else (_pre_stage(
+        imp.padded, f"{gathered.read.tensor.name} padded for the implicit im2col of stage {st.name}"),)
     st = _cpu(st, bodies=(new_body,), notes=(*st.notes, *notes), contraction=c, parallel=False,
               fused=0, reduction=_reduction_notes((new_body,), st.axes))
-    return pad, st
+    return pre, st
+
+
+def _pre_stage(t: Any, why: str) -> ComputeStage:
+    """The stage computing `t` (built by a CPU strategy), with why it is materialized."""
+    return replace(compute_stage(t.op, t.name, False, _NO_EXPAND, {}, {(id(t.op), 0): t}),
+                   notes=(f"materialized: {why}",))
+
+
+def _implicit_weight(st: ComputeStage, body: Reduce, a: Read, gathered: normalize.Guarded
+                     ) -> tuple[tuple[ComputeStage, ...], ComputeStage] | None:
+    """The weight gradient of a convolution as a product of windows of its padded input with
+    the zero-padded head (`cpu_implicit.weight_window`), or None."""
+    data, red = tuple(st.axes), tuple(body.axis)
+    imp = cpu_implicit.weight_window(gathered, a, body.dtype, red, data, st.name)
+    if imp is None:
+        return None
+    w = imp.window
+    natural = (*imp.rows, *imp.cols)
+    sizes = (_product([x.extent for x in imp.batch]), _product([x.extent for x in imp.rows]),
+             const(w.cols, "int64"), _product([x.extent for x in imp.cols]))
+    c = Contraction(imp.read.tensor, imp.head, (), (), sizes,  # type: ignore[arg-type]
+                    tuple(x.extent for x in natural),
+                    None if natural == data else tuple(natural.index(x) for x in data), "", w)
+    new_body = replace(body, source=(Call(Op.MUL, (a, imp.read), body.dtype),))
+    why = f"for the implicit im2col of stage {st.name}"
+    stages = (*(() if imp.padded is None else (
+        _pre_stage(imp.padded, f"{gathered.read.tensor.name} padded {why}"),)),
+        _pre_stage(imp.head, f"{a.tensor.name} on the padded grid (zero in the padded columns) "
+                             f"{why}"))
+    notes = [f"implicit im2col: the product reads windows of {imp.read.tensor.name} in place "
+             f"as its rows (no gather of {gathered.read.tensor.name} is stored)"]
+    st = _cpu(st, bodies=(new_body,), notes=(*st.notes, *notes), contraction=c, parallel=False,
+              fused=0, reduction=_reduction_notes((new_body,), st.axes))
+    return stages, st
 
 
 def _product(exts: Sequence[Expr]) -> Expr:

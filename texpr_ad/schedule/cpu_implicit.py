@@ -29,6 +29,7 @@ P is then a stage `P[lead, channels, p] = S[lead, channels, p + min o]` guarded 
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 from typing import Sequence
@@ -105,29 +106,150 @@ def window(g: Guarded, dtype: str, lead: Sequence[IterVar], mids: Sequence[IterV
     if any(v is None or v <= 0 for v in [*exts.values(), *outs]) \
             or any(_const_int(k.lo) != 0 for k in red):
         return None
-    lo = [c + sum(min(0, v * (exts[k] - 1)) for k, v in t.items()) for t, c in dims]
-    hi = [c + sum(max(0, v * (exts[k] - 1)) for k, v in t.items()) for t, c in dims]
-    grid = [o + h - low for o, h, low in zip(outs, hi, lo)]  # P's window dims
-    if not _guard_is_padding(g, inner, dims, shape[nl + nc:]):  # type: ignore[arg-type]
+    lay = _layout(g, shape, [_const_int(a.extent) for a in lead], chans, inner, dims, exts, outs)
+    if lay is None:
+        return None
+    flip = tuple(lay.strides[k] < 0 for k in red)
+    base = lay.base + sum(lay.strides[k] * (exts[k] - 1) for k in red if lay.strides[k] < 0)
+    win = Window(tuple(exts[k] for k in red), tuple(abs(lay.strides[k]) for k in red), flip,
+                 base, (outs[0], *lay.grid[1:]), tuple(outs))  # type: ignore[arg-type]
+    padded = None if lay.reads_s else _padded(s, nl + nc, lay.lo, lay.shape, name)
+    p = padded if padded is not None else s
+    at = [_shifted(i, t, c - low) for i, (t, c), low in zip(inner, dims, lay.lo)]
+    return Implicit(padded, p[(*lead, *chans, *at)], win)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The padded copy P of a window read: per window dim the lowest offset `lo` and P's
+    extent `grid`, P's `shape` (kept dims, channels, window dims), whether P is S itself
+    (`reads_s`), and a row's start as `base + sum_k strides[k] * k` over the offset axes and
+    channels."""
+
+    lo: list[int]
+    grid: list[int]
+    shape: list[int]
+    reads_s: bool
+    strides: dict[IterVar, int]
+    base: int
+
+
+def _layout(g: Guarded, shape: list[int | None], keep: list[int | None], chans: list[IterVar],
+            inner: Sequence[IterVar], dims: list[tuple[dict[IterVar, int], int]],
+            exts: dict[IterVar, int | None], outs: list[int | None]) -> _Layout | None:
+    """P's layout for a window read of `g` (`keep`: the extents of its leading dims before the
+    channels), or None when the guard is not padding or the rows are too short."""
+    nd, nk = len(inner), len(keep) + len(chans)
+    lo = [c + sum(min(0, v * (exts[k] - 1)) for k, v in t.items()) for t, c in dims]  # type: ignore[operator]
+    hi = [c + sum(max(0, v * (exts[k] - 1)) for k, v in t.items()) for t, c in dims]  # type: ignore[operator]
+    grid = [o + h - low for o, h, low in zip(outs, hi, lo)]  # type: ignore[operator]
+    if not _guard_is_padding(g, inner, dims, shape[nk:]):  # type: ignore[arg-type]
         return None
     pitch = [math.prod(grid[j + 1:]) for j in range(nd)]
-    if outs[-1] < MIN_COLS // 2 or sum((o - 1) * p for o, p in zip(outs, pitch)) < MIN_COLS:
+    if outs[-1] < MIN_COLS // 2 or sum((o - 1) * p for o, p in zip(outs, pitch)) < MIN_COLS:  # type: ignore[operator]
         return None  # rows too short for the micro-kernel's 64 columns
-    # P: S's lead and channel dims (the axes' extents), then the padded window dims
-    p_shape = [*(_const_int(a.extent) for a in lead), *(exts[c] for c in chans), *grid]
-    reads_s = lo == [0] * nd and p_shape == shape  # an unpadded convolution: P is S
-    chan_stride = {c: math.prod(p_shape[nl + q + 1:]) for q, c in enumerate(chans)}
+    p_shape = [*keep, *(exts[c] for c in chans), *grid]
+    chan_stride = {c: math.prod(p_shape[len(keep) + q + 1:]) for q, c in enumerate(chans)}  # type: ignore[arg-type]
     strides = {**chan_stride, **{k: v * pitch[j] for j, (t, _) in enumerate(dims)
                                  for k, v in t.items()}}
     base = sum((c - low) * p for (_, c), low, p in zip(dims, lo, pitch))
-    flip = tuple(strides[k] < 0 for k in red)
-    base += sum(strides[k] * (exts[k] - 1) for k in red if strides[k] < 0)  # type: ignore[operator]
-    win = Window(tuple(exts[k] for k in red), tuple(abs(strides[k]) for k in red), flip, base,
-                 (outs[0], *grid[1:]), tuple(outs))  # type: ignore[arg-type]
-    padded = None if reads_s else _padded(s, nl + nc, lo, p_shape, name)
+    return _Layout(lo, grid, p_shape, lo == [0] * nd and p_shape == shape, strides, base)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class WeightImplicit:
+    """What `weight_window` found: the padded tensor P (None: read S itself) and its read in
+    the contraction body, the zero-padded copy D of the other operand, the window record (on
+    A: rows (chans, offsets) in the output's order), the output axes of the product's rows
+    and columns, and the summed batch axes."""
+
+    padded: Tensor | None
+    read: Read
+    head: Tensor
+    window: Window
+    rows: tuple[IterVar, ...]
+    cols: tuple[IterVar, ...]
+    batch: tuple[IterVar, ...]
+
+
+def weight_window(g: Guarded, a: Read, dtype: str, red: Sequence[IterVar],
+                  data: Sequence[IterVar], name: str) -> WeightImplicit | None:
+    """The implicit-im2col form of a weight gradient, or None:
+
+        dW[f, c, ry, rx] = sum_{n, y, x} dY[n, f, y, x] * S[n, c, y + ry - 1, x + rx - 1]
+
+    is `C[(c, ry, rx), f] = sum_n Win_n @ D_n`: row (c, ry, rx) of Win_n is a run of the padded
+    copy P[n] (as in the forward, with the reduction axes y, x sliding and the output axes
+    ry, rx the offsets), over P's width; D_n[(y, x'), f] = dY[n, f, y, x'] where x' is inside
+    the output, 0 in the padded columns.  The read of S is `S[lead, chans, i_j + o_j]`: lead
+    reduction axes that `a` reads too (the summed batch), output axes (channels), then one
+    index per remaining reduction axis i_j, that axis plus an affine o_j of output axes."""
+    if dtype != "float32" or not native_gemm():
+        return None
+    s, idx = g.read.tensor, g.read.indices
+    shape = [_const_int(d) for d in s.shape]
+    if any(d is None for d in shape) or len(set(a.indices)) != len(a.indices):
+        return None
+    lead = list(itertools.takewhile(lambda e: isinstance(e, IterVar) and e in red and e in a.indices, idx))
+    chans = list(itertools.takewhile(lambda e: isinstance(e, IterVar) and e in data and e not in a.indices,
+                                     idx[len(lead):]))
+    nk = len(lead) + len(chans)
+    inner: list[IterVar] = []
+    dims: list[tuple[dict[IterVar, int], int]] = []
+    for e in idx[nk:]:
+        aff = to_affine(e)
+        if aff is None:
+            return None
+        slides = [k for k, v in aff[0].items() if k in red]
+        terms = {k: v for k, v in aff[0].items() if k not in red}
+        if len(slides) != 1 or aff[0][slides[0]] != 1 or slides[0] in lead or \
+                not all(isinstance(k, IterVar) and k in data and k not in a.indices
+                        and k not in chans for k in terms):
+            return None
+        inner.append(slides[0])
+        dims.append((terms, aff[1]))  # type: ignore[arg-type]
+    offs = [k for t, _ in dims for k in t]
+    mids = [x for x in data if x in a.indices]
+    if not inner or len(set(inner)) != len(inner) or len(offs) != len(set(offs)) \
+            or set(red) != set(lead) | set(inner) or set(data) != set(chans) | set(offs) | set(mids) \
+            or set(a.indices) != set(lead) | set(inner) | set(mids) or len(set(chans) & set(offs)):
+        return None
+    exts = {k: _const_int(k.extent) for k in (*data, *red)}
+    outs = [exts[i] for i in inner]
+    if any(v is None or v <= 0 for v in exts.values()) \
+            or any(_const_int(k.lo) != 0 for k in (*data, *red)):
+        return None
+    lay = _layout(g, shape, [exts[k] for k in lead], chans, inner, dims, exts, outs)
+    if lay is None:
+        return None
+    rows = tuple(x for x in data if x not in mids)
+    win = Window(tuple(exts[k] for k in rows), tuple(lay.strides[k] for k in rows),  # type: ignore[misc]
+                 (False,) * len(rows), lay.base, (outs[0], *lay.grid[1:]), tuple(outs), "a")  # type: ignore[arg-type]
+    padded = None if lay.reads_s else _padded(s, nk, lay.lo, lay.shape, name)
     p = padded if padded is not None else s
-    at = [_shifted(i, t, c - low) for i, (t, c), low in zip(inner, dims, lo)]
-    return Implicit(padded, p[(*lead, *chans, *at)], win)
+    at = [_shifted(i, t, c - low) for i, (t, c), low in zip(inner, dims, lay.lo)]
+    return WeightImplicit(padded, p[(*lead, *chans, *at)], _head(a, lead, inner, lay.grid, mids, name),
+                          win, rows, tuple(mids), tuple(lead))
+
+
+def _head(a: Read, lead: list[IterVar], inner: list[IterVar], grid: list[int],
+          mids: list[IterVar], name: str) -> Tensor:
+    """`D[lead, i_1, p_2.., mids] = a[..]` where each p_j < its output extent, else 0: the
+    other operand of a weight gradient on the padded grid (rows contiguous per lead entry)."""
+    outs = [_const_int(i.extent) for i in inner]
+
+    def body(*ax: IterVar) -> Expr:
+        nl, nd = len(lead), len(inner)
+        sub = dict(zip([*lead, *inner, *mids], ax, strict=True))
+        v = a.tensor[tuple(sub[i] for i in a.indices)]  # type: ignore[index]
+        conds = [p < o for p, o, g in zip(ax[nl + 1:nl + nd], outs[1:], grid[1:]) if g > o]  # type: ignore[operator]
+        return if_then_else(te_all(*conds), v, 0.0) if conds else v
+
+    body.axis_names = [*(f"k{q}" for q in range(len(lead))),  # type: ignore[attr-defined]
+                       *(f"p{q}" for q in range(len(inner))), *(f"m{q}" for q in range(len(mids)))]
+    shape = [*(_const_int(x.extent) for x in lead), outs[0], *grid[1:],
+             *(_const_int(x.extent) for x in mids)]
+    return compute(tuple(shape), body, name=f"{name}_head")
 
 
 def _shifted(i: IterVar, terms: dict[IterVar, int], off: int) -> Expr:

@@ -48,7 +48,10 @@ class Window:
     K axis whose rows would descend (a flipped kernel, in an input gradient) runs reversed,
     and `flip` marks it, for A's matching dim.  The product is computed on the padded grid
     `grid` (the output's trailing dims, each but the first widened to the padded tensor's)
-    and cropped to `out`."""
+    and cropped to `out`.  With `side` "a" (a weight gradient) the window is A instead: row k
+    of A for batch entry q is the run of `cols` elements from the same start, the product is
+    summed over the batch, its K the padded grid of the sliding axes `out` (the other operand,
+    zero in the padded columns, has `grid`'s pitch)."""
 
     extents: tuple[int, ...]
     strides: tuple[int, ...]
@@ -56,6 +59,7 @@ class Window:
     base: int
     grid: tuple[int, ...]
     out: tuple[int, ...]
+    side: str = "b"
 
     @property
     def cols(self) -> int:
@@ -89,6 +93,10 @@ class Contraction:
 
     def describe(self) -> str:
         b, m, k, n = (str(x.value) if isinstance(x, Const) else expr_str(x) for x in self.sizes)
+        if self.window is not None and self.window.side == "a":
+            return (f"contraction -> GEMM: a sliding window over {self.a.name} ({m} rows of "
+                    f"{k}) @ {self.b.name} ({k} x {n}), summed over {b} batch entries, read in "
+                    f"place (implicit im2col of a weight gradient)")
         if self.window is not None:
             w = self.window
             return (f"contraction -> GEMM: {self.a.name} ({m} x {k}) @ a sliding window over "
