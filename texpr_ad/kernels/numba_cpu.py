@@ -154,12 +154,17 @@ def window_matmul(a: Any, src: Any, extents: tuple[int, ...], strides: tuple[int
 
 def window_matmul_a(src: Any, extents: tuple[int, ...], strides: tuple[int, ...], base: int,
                     grid: tuple[int, ...], sliding: tuple[int, ...], b: Any, out: Any) -> None:
-    """`out = sum_q A[q] @ b[q, :cols]` where row k of A[q] is the run of `cols` elements of
-    `src[q]` (flattened) from `base + sum_i k_i * strides[i]` (k's digits over `extents`),
-    `cols` the padded grid's valid span for the `sliding` extents: the runtime of an
-    implicit-im2col weight gradient (`plan.Window` with side "a"); `b` is zero at the padded
-    columns.  On texpr_ad's float32 GEMM the rows are read in place; otherwise they are
-    gathered (a strided view, copied) for BLAS."""
+    """`out = sum_q A[q] @ B[q]`, the runtime of an implicit-im2col weight gradient
+    (`plan.Window` with side "a"): row k of A[q] holds `src[q]` (flattened) at
+    `base + sum_i k_i * strides[i]` (k's digits over `extents`) plus `y * pitch + x` for the
+    points (y, x) of the `sliding` extents, where `b[q]` holds B[q] on the padded `grid`
+    (zero at its padded columns).
+
+    On texpr_ad's float32 GEMM, A's rows are read in place as runs over the padded grid, the
+    padded columns included (their zeros in b cancel them).  Where a non-finite input value
+    falls in those columns (zero times inf is NaN) the result would show NaN where it is
+    finite, so a non-finite result is recomputed from the exact windows (gathered, then BLAS),
+    which is also the path off that kernel."""
     from . import gemm_f32
     nb = b.shape[0]
     flat = np.ascontiguousarray(src).reshape(nb, -1)
@@ -168,13 +173,17 @@ def window_matmul_a(src: Any, extents: tuple[int, ...], strides: tuple[int, ...]
     cols = sum((o - 1) * p for o, p in zip(sliding, pitch)) + 1
     if gemm_f32.handles((flat, b, out), 2 * len(rows) * nb * cols * out.shape[1]):
         gemm_f32.matmul_a_rows(flat, rows, b[:, :cols], out)
-        return
-    item = flat.itemsize
+        if np.isfinite(out).all():
+            return
+    item, npts = flat.itemsize, int(np.prod(sliding))
     view = np.lib.stride_tricks.as_strided(
-        flat[:, base:], (nb, *extents, cols), (flat.strides[0], *(s * item for s in strides), item),
+        flat[:, base:], (nb, *extents, *sliding),
+        (flat.strides[0], *(s * item for s in strides), *(p * item for p in pitch)),
         writeable=False)
-    a = view.reshape(nb, len(rows), cols).transpose(1, 0, 2).reshape(1, len(rows), nb * cols)
-    blas_stack_matmul(a, np.ascontiguousarray(b[:, :cols]).reshape(1, nb * cols, -1), out[None])
+    a = view.reshape(nb, len(rows), npts).transpose(1, 0, 2).reshape(1, len(rows), nb * npts)
+    box = (slice(None), *(slice(0, o) for o in sliding))
+    bb = b.reshape(nb, *grid, -1)[box].reshape(1, nb * npts, -1)
+    blas_stack_matmul(a, bb, out[None])
 
 
 def _row_offsets(extents: tuple[int, ...], strides: tuple[int, ...], base: int) -> Any:
