@@ -20,12 +20,21 @@ table of row offsets.  P is the padded input (8 MB, in cache), the product compu
   included; strides are not: their rows are not runs);
 * the output's axes are (lead, the other operand's own axes, i_1..i_d);
 * the guard, conjunct by conjunct, concerns one window dim each and is exactly "the index is
-  inside S" there (checked by enumeration: a causal mask or a dilation's `where` is not
-  padding, so it keeps the explicit gather);
+  inside S" there (checked by enumeration; one-sided padding, a causal convolution's, is
+  padding too; a masked tap or a dilation's `where` is not, and keeps the stored gather);
 * float32 on texpr_ad's GEMM (`_env.native_gemm`): through BLAS the rows would have
   to be gathered anyway.
 P is then a stage `P[lead, channels, p] = S[lead, channels, p + min o]` guarded by S's bounds
 (no stage when S already is P: an unpadded convolution).
+
+`crop`: a stage that only copies a box of such a product (the input gradient of a padded
+convolution, computed on the padded grid, then cropped) computes the product on that box
+alone: the row starts move by the box's offset.
+
+`weight_window`: the weight gradient `sum_{n, y, x} dY[n, f, y, x] * S[n, c, y + ry - 1, ..]`
+reads the same windows, as the rows (c, ry, rx) of the product's other operand, summed over
+the batch n (`gemm_f32.matmul_a_rows`), against dY laid out on P's grid with zeros in the
+padded columns.
 """
 from __future__ import annotations
 
