@@ -14,6 +14,9 @@
                   windows depending on the output point are boxed to their hull.  An output
                   whose leading axes only the gather indexes (the batch) runs one product per
                   entry with the other operand shared, writing the output in place.
+                  On texpr_ad's float32 GEMM a stride-1 gather is not stored at all
+                  (`cpu_implicit.py`): the product reads a padded copy of the input in place,
+                  as B's rows (a convolution, its input gradient) or A's (its weight gradient).
                   `factor_contraction`: when the other reduction axes have bounds depending
                   on the output point (a convolution's input gradient), the constant axes
                   indexing both operands plainly are summed by a contraction `P` first,
@@ -450,15 +453,20 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
     new_src = Call(Op.MUL, (a, col[tuple(axes)]), body.dtype)
     new_body = replace(body, source=(new_src,))
     notes = [f"im2col: {g.tensor.name} gathered by {name}"]
-    if box is not None:
-        hulls = ", ".join(f"{k} in [{lo}, {hi})" for k, lo, hi in box.hulls)
-        notes.insert(0, f"boxed: the windows of {', '.join(k for k, _, _ in box.hulls)} depend on "
-                        f"the output point; summed over their hull ({hulls}) with the windows as "
-                        f"the gather's guard, a contraction again (a non-finite {a.tensor.name} "
-                        f"value then meets the guard's zeros: NaN where the windows would skip "
-                        f"it; override blas=False keeps the windows)")
+    notes = [*_box_note(box, a), *notes]
     return (col_stage,), replace(st, bodies=(new_body,), notes=(*st.notes, *notes),
                               reduction=_reduction_notes((new_body,), st.axes))
+
+
+def _box_note(box: normalize.Boxed | None, a: Read) -> list[str]:
+    """The plan note of a contraction whose dependent windows were boxed (if they were)."""
+    if box is None:
+        return []
+    hulls = ", ".join(f"{k} in [{lo}, {hi})" for k, lo, hi in box.hulls)
+    return [f"boxed: the windows of {', '.join(k for k, _, _ in box.hulls)} depend on the output "
+            f"point; summed over their hull ({hulls}) with the windows as the gather's guard, a "
+            f"contraction again (a non-finite {a.tensor.name} value then meets the guard's zeros: "
+            f"NaN where the windows would skip it; override blas=False keeps the windows)"]
 
 
 def _implicit(st: ComputeStage, body: Reduce, a: Read, gathered: normalize.Guarded,
@@ -476,14 +484,15 @@ def _implicit(st: ComputeStage, body: Reduce, a: Read, gathered: normalize.Guard
     if set(a.indices) == set(mids) | set(red):
         imp = cpu_implicit.window(gathered, body.dtype, lead, mids, inner, red, data, st.name)
     if imp is None:
-        return _implicit_weight(st, body, a, gathered)
+        return _implicit_weight(st, body, a, gathered, box)
     w = imp.window
     sizes = (_product([x.extent for x in lead]), _product([x.extent for x in mids]),
              _product([k.extent for k in red]), const(w.cols, "int64"))
     c = Contraction(a.tensor, imp.read.tensor, tuple(a.indices.index(x) for x in (*mids, *red)),
                     (), sizes, tuple(x.extent for x in data), None, "a", w)  # type: ignore[arg-type]
     new_body = replace(body, source=(Call(Op.MUL, (a, imp.read), body.dtype),))
-    notes = [f"implicit im2col: the product reads {imp.read.tensor.name} in place as a sliding "
+    notes = [*_box_note(box, a),
+             f"implicit im2col: the product reads {imp.read.tensor.name} in place as a sliding "
              f"window (no gather of {gathered.read.tensor.name} is stored)"]
     pre = () if imp.padded is None else (_pre_stage(
         imp.padded, f"{gathered.read.tensor.name} padded for the implicit im2col of stage {st.name}"),)
@@ -498,7 +507,8 @@ def _pre_stage(t: Any, why: str) -> ComputeStage:
                    notes=(f"materialized: {why}",))
 
 
-def _implicit_weight(st: ComputeStage, body: Reduce, a: Read, gathered: normalize.Guarded
+def _implicit_weight(st: ComputeStage, body: Reduce, a: Read, gathered: normalize.Guarded,
+                     box: normalize.Boxed | None
                      ) -> tuple[tuple[ComputeStage, ...], ComputeStage] | None:
     """The weight gradient of a convolution as a product of windows of its padded input with
     the zero-padded head (`cpu_implicit.weight_window`), or None."""
@@ -519,7 +529,8 @@ def _implicit_weight(st: ComputeStage, body: Reduce, a: Read, gathered: normaliz
         _pre_stage(imp.padded, f"{gathered.read.tensor.name} padded {why}"),)),
         _pre_stage(imp.head, f"{a.tensor.name} on the padded grid (zero in the padded columns) "
                              f"{why}"))
-    notes = [f"implicit im2col: the product reads windows of {imp.read.tensor.name} in place "
+    notes = [*_box_note(box, a),
+             f"implicit im2col: the product reads windows of {imp.read.tensor.name} in place "
              f"as its rows (no gather of {gathered.read.tensor.name} is stored)"]
     st = _cpu(st, bodies=(new_body,), notes=(*st.notes, *notes), contraction=c, parallel=False,
               fused=0, reduction=_reduction_notes((new_body,), st.axes))
