@@ -242,3 +242,36 @@ def test_weight_gradient_with_an_infinite_input_matches_torch(gemm):
     fin = np.isfinite(gw)
     assert fin.sum() > 0
     np.testing.assert_allclose(got[fin], gw[fin], rtol=1e-4, atol=1e-4)
+
+
+def _nobatch_conv(x, w):
+    rc, ry, rx = (te.reduce_axis((0, e), name=n) for e, n in ((3, "c"), (3, "ry"), (3, "rx")))
+    return te.compute((6, 38, 38), lambda f, i, j: te.sum(
+        x[rc, i + ry, j + rx] * w[f, rc, ry, rx], axis=[rc, ry, rx]), name="Y")
+
+
+CASES = {  # name: (x shape, w shape, build, torch, expected window sides or None: any)
+    "conv3d": ((2, 3, 10, 12, 40), (4, 3, 3, 3, 3), lambda x, w: nn.conv3d(x, w, 1, 1),
+               lambda F, a, b: F.conv3d(a, b, padding=1), {"b", "a"}),
+    "no batch": ((3, 40, 40), (6, 3, 3, 3), _nobatch_conv,
+                 lambda F, a, b: F.conv2d(a[None], b)[0], {"b", "a"}),
+    "rectangular": ((2, 5, 36, 70), (7, 5, 3, 5), lambda x, w: nn.conv2d(x, w, 1, (1, 2)),
+                    lambda F, a, b: F.conv2d(a, b, padding=(1, 2)), {"b", "a"}),
+    "grouped": ((2, 4, 36, 40), (8, 2, 3, 3), lambda x, w: nn.conv2d(x, w, 1, 1, groups=2),
+                lambda F, a, b: F.conv2d(a, b, padding=1, groups=2), None),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_other_convolutions_match_torch(gemm, case):
+    """Every window kind on a 3-d convolution, a batch-free one and a rectangular kernel; a
+    grouped convolution (channel index f // g * cg + c, not a plain axis) right either way."""
+    gemm("native")
+    torch = pytest.importorskip("torch")
+    xs, ws, build, tf, sides = CASES[case]
+    x, w = te.placeholder(xs, "float32", name="x"), te.placeholder(ws, "float32", name="w")
+    fwd, bwd, _ = _torch_check(build(x, w), x, w, lambda a, b: tf(torch.nn.functional, a, b))
+    got = {s.cpu.contraction.window.side for p in (fwd, bwd) for s in p.stages
+           if s.cpu.contraction is not None and s.cpu.contraction.window is not None}
+    if sides is not None:
+        assert got == sides, (str(fwd), str(bwd))
