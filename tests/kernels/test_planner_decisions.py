@@ -381,3 +381,37 @@ def test_a_split_full_sum_folds_each_chunk_in_vector_steps():
     accc = kc.plan.stage("c").cpu.accumulate
     assert accc is None or not accc.vector
     np.testing.assert_allclose(kc(xs)[0], xs[xs > 0].astype(np.float64).sum(), rtol=1e-5)
+
+
+def test_a_later_channel_sum_moves_into_the_earlier_channel_prange():
+    """Plain batch_norm's backward lists dgamma (a per-channel sum over the rows) after dx (a
+    prange over n * c); cpu.pull_into_pranges moves it back into the prange of dvar's and
+    dbeta's sums, which read the same rows, and the gradients stay torch's."""
+    torch = pytest.importorskip("torch")
+    n, c, h, wd = 4, 8, 12, 12
+    x, g, b = (te.placeholder(s, "float32", name=nm) for s, nm in
+               (((n, c, h, wd), "x"), ((c,), "gamma"), ((c,), "beta")))
+    cnt = float(n * h * wd)
+    r1 = [te.reduce_axis((0, e), nm) for e, nm in ((n, "n"), (h, "h"), (wd, "w"))]
+    r2 = [te.reduce_axis((0, e), nm) for e, nm in ((n, "n"), (h, "h"), (wd, "w"))]
+    mean = te.compute((c,), lambda f: te.sum(x[r1[0], f, r1[1], r1[2]], axis=r1) / cnt, name="mean")
+    var = te.compute((c,), lambda f: te.sum((x[r2[0], f, r2[1], r2[2]] - mean[f]) *
+                                            (x[r2[0], f, r2[1], r2[2]] - mean[f]), axis=r2) / cnt,
+                     name="var")
+    y = te.compute((n, c, h, wd), lambda i, f, yy, z: (x[i, f, yy, z] - mean[f])
+                   / te.sqrt(var[f] + 1e-5) * g[f] + b[f], name="bn")
+    head = te.placeholder(y.shape, "float32", name="head")
+    grads = ta.grad(y, [x, g, b], head=head)
+    k = ta.build(list(grads), [x, g, b, head])
+    dg = grads[1].op.name
+    names = [s.name for s in k.plan.stages]
+    assert k.plan.stage(dg).cpu.join and names.index(dg) < names.index(grads[0].op.name), str(k.plan)
+    r = rng()
+    xs, gs, bs, hs = (r.standard_normal(s).astype("float32") for s in ((n, c, h, wd), (c,), (c,),
+                                                                    (n, c, h, wd)))
+    got = k(xs, gs, bs, hs)
+    tx, tg, tb = (torch.from_numpy(a.astype(np.float64)).requires_grad_() for a in (xs, gs, bs))
+    ty = torch.nn.functional.batch_norm(tx, None, None, tg, tb, training=True, eps=1e-5)
+    want = torch.autograd.grad(ty, [tx, tg, tb], torch.from_numpy(hs.astype(np.float64)))
+    for a, w_ in zip(got, want):
+        np.testing.assert_allclose(a, w_.numpy(), rtol=1e-4, atol=1e-4)

@@ -59,6 +59,7 @@ from typing import Any, Iterator, Mapping, Sequence, TypeVar
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, ReduceKind, const
 from ..te.ops import Op
 from ..te.printer import expr_str
+from ..te.tensor import Tensor
 from ..te.simplify import simplify
 from ..te.visit import bounds_depend_on_axes, children, substitute, walk
 from . import cpu_implicit, normalize
@@ -105,6 +106,7 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
     stages, cropped = fold_crops(stages, overrides)
     stages, dropped = drop_unread(stages, plan)
     dropped = cropped + dropped
+    stages = pull_into_pranges(stages, overrides)
     stages = fold_into_row_loops(row_buffers(share_split_loops(join_stages(stages, overrides))))
     stages = [hoist(st, overrides.get(st.name, {})) for st in stages]
     outs = {id(t) for t in plan.outputs}
@@ -725,6 +727,35 @@ def _rides_along(st: Stage) -> bool:
     return (isinstance(st, ComputeStage) and not st.parallel and bool(st.order)
             and st.cpu.contraction is None and st.cpu.accumulate is None  # type: ignore[union-attr]
             and st.cpu.split is None)  # type: ignore[union-attr]
+
+
+def pull_into_pranges(stages: list[Stage], overrides: Mapping[str, Mapping[str, Any]]
+                      ) -> list[Stage]:
+    """Move a stage that would open a prange of its own back to just after an earlier prange
+    group that it can join (step 8 then joins it), past stages that write nothing it reads:
+    a plain batch_norm's `dgamma`, a per-channel sum over the same rows as `dvar`, listed
+    after `dx`, then reads each channel's rows while they are in cache instead of in a pass
+    of its own.  Stages reading it still come after it; nothing it reads moves."""
+    out: list[Stage] = []
+    for st in stages:
+        out.append(st)
+        pinned = bool({"order", "fuse", "parallel"} & set(overrides.get(st.name, {})))
+        if pinned or not _joinable(st) or len(out) < 3 or join_stages(out, overrides)[-1].cpu.join:  # type: ignore[union-attr]
+            continue
+        reads = {id(r.tensor) for r in _reads(st)}
+        for k in range(len(out) - 2, 0, -1):
+            if any(id(t) in reads for t in _written(out[k])):
+                break  # st reads what out[k] writes: it stays after it
+            if join_stages([*out[:k], st], overrides)[-1].cpu.join:  # type: ignore[union-attr]
+                out[k:] = [st, *out[k:-1]]
+                break
+    return out
+
+
+def _written(st: Stage) -> tuple[Tensor, ...]:
+    if isinstance(st, ScatterStage):
+        return (st.tensor,)
+    return tuple(t for t in st.tensors if t is not None)
 
 
 def join_stages(stages: list[Stage], overrides: Mapping[str, Mapping[str, Any]]) -> list[Stage]:
