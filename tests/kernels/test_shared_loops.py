@@ -173,3 +173,31 @@ def test_a_reduction_not_over_the_stored_element_keeps_its_loop(read):
     plan = plan_kernel([y], [x])
     assert plan.stage("s").cpu.join and plan.stage("s").cpu.lanes > 1, str(plan)
     assert not plan.stage("s").cpu.in_row_loop, str(plan)
+
+
+def test_a_scalar_sum_rides_in_the_column_sums_loops(monkeypatch):
+    """A scalar (stepped-lanes) split sum right before column sums over the same rows and
+    columns folds in their loops (cpu_shared_loops._rider_map), moved after the first: plain
+    ew_chain's forward, whose sum and saved dw/db sums share tanh and exp.  Bit-identical to
+    the kernel without the step (its stepped accumulators fold the same terms in order)."""
+    x = te.placeholder((N, 256), "float32", name="x")
+    w = te.placeholder((256,), "float32", name="w")
+    i, j = te.reduce_axis((0, N), name="i"), te.reduce_axis((0, 256), name="j")
+    i2, i3 = te.reduce_axis((0, N), name="i"), te.reduce_axis((0, N), name="i")
+    total = te.compute((), lambda: te.sum(te.tanh(x[i, j] * w[j]), axis=[i, j]), name="total")
+    dw = te.compute((256,), lambda c: te.sum(te.tanh(x[i2, c] * w[c]) * x[i2, c], axis=i2), name="dw")
+    db = te.compute((256,), lambda c: te.sum(te.tanh(x[i3, c] * w[c]), axis=i3), name="db")
+    k = ta.build([total, dw, db], [x, w])
+    names = [s.name for s in k.plan.stages]
+    assert names.index("dw") < names.index("total") < names.index("db"), str(k.plan)
+    assert all(k.plan.stage(n).cpu.join for n in ("total", "db")), str(k.plan)
+    assert "ew_chain" not in k.source and k.source.count("prange(16)") == 1, k.source
+    r = rng()
+    xs, ws = r.standard_normal((N, 256)).astype("float32"), r.standard_normal(256).astype("float32")
+    got = k(xs, ws)
+    ref = _unshared(monkeypatch, [total, dw, db], [x, w])(xs, ws)
+    for a, b in zip(got, ref):
+        np.testing.assert_array_equal(a, b)
+    t = np.tanh(xs.astype(np.float64) * ws)
+    np.testing.assert_allclose(got[0], t.sum(), rtol=1e-4)
+    np.testing.assert_allclose(got[1], (t * xs).sum(0), rtol=1e-4, atol=1e-3)

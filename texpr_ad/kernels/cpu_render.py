@@ -411,6 +411,9 @@ class CPURender(_Render):
             if t is not None:
                 self.emit(depth, f"{self.index(t, idx)} = {top(self.expr(b, env))}")
 
+    def _ident(self, st: ComputeStage) -> str:
+        return top(self.expr(_reduce_groups(st.bodies)[0][0].combiner.identity[0], {}))
+
     def split_partials(self, stages: Sequence[ComputeStage]) -> None:
         """Split reductions: partial results part[c, *axes], one prange iteration per chunk c,
         then combined.  Several stages share the chunk loops (one pass over the rows) when the
@@ -424,21 +427,24 @@ class CPURender(_Render):
         n = int(split.extent.value)  # type: ignore[attr-defined]
         chunks = acc_plan.chunks
         size = -(-n // chunks)
-        pshape = [top(self.expr(a.extent, {})) for a in st.axes]
         parts = []
         for s_ in stages:
             rs = _reduce_groups(s_.bodies)[0][0]
             part = self.names.fresh(f"{s_.name}_part")
             dtype = rs.dtype if rs.dtype != "bool" else "bool_"
-            self.emit(1, f"{part} = np.empty(({chunks}, {', '.join(pshape)}), dtype=np.{dtype})")
+            pshape = [str(chunks), *(top(self.expr(a.extent, {})) for a in s_.axes)]
+            self.emit(1, f"{part} = np.empty(({', '.join(pshape)}, ), dtype=np.{dtype})")
             parts.append(part)
+        # scalar riders (cpu_shared_loops._rider_map): stepped accumulators in the row loop
+        riders = [k for k, s_ in enumerate(stages) if not s_.axes and k > 0]
         c = self.names.fresh(f"{st.name}_c")
         self.parallel_head(1, c, str(chunks))
         depth = 2
         for a in (o for o in st.order if o is not row):
             self.range_loop(depth, a, {})
             depth += 1
-        ats = [f"{part}[{', '.join([c, *idx])}]" for part in parts]
+        ats = [f"{part}[{', '.join([c, *([] if k in riders else idx)])}]"
+               for k, part in enumerate(parts)]
         s = self.axis(split)
         lo = self.expr(split.lo, {})
         base = f"{lo} + " if not _is_zero(split.lo) else ""
@@ -447,29 +453,45 @@ class CPURender(_Render):
             assert len(stages) == 1
             self.emit(depth, f"{ats[0]} = {self.stepped_fold(depth, r, {}, st.name, chunk_loop)}")
         else:
+            rows_ = [(s_, at) for k, (s_, at) in enumerate(zip(stages, ats)) if k not in riders]
             if row is not None:
                 self.range_loop(depth, row, {})
-            for s_, at in zip(stages, ats, strict=True):
+            for s_, at in rows_:
                 ident = top(self.expr(_reduce_groups(s_.bodies)[0][0].combiner.identity[0], {}))
                 self.emit(depth + (row is not None), f"{at} = {ident}")
+            outer = {k: self.names.fresh(f"{stages[k].name}_acc") for k in riders}
+            inner = {k: self.names.fresh(f"{stages[k].name}_acc") for k in riders}
+            for k in riders:
+                self.emit(depth, f"{outer[k]} = {self._ident(stages[k])}")
             self.emit(depth, chunk_loop)
-            self.fold(depth + 1, [(s_, lambda at=at: at) for s_, at in zip(stages, ats, strict=True)],
-                      r.axis[1:], row)
+            for k in riders:
+                self.emit(depth + 1, f"{inner[k]} = {self._ident(stages[k])}")
+            self.fold(depth + 1, [(s_, lambda at=at: at) for s_, at in rows_], r.axis[1:], row)
+            rks = {k: _reduce_groups(stages[k].bodies)[0][0] for k in riders}
+            steps = {k: LANE_STEP[rk.combiner.kind] for k, rk in rks.items()}
+            for k, rk in rks.items():  # in the row loop, then once per row, as stepped_fold does
+                self.emit(depth + 2 + len(r.axis[1:]), f"{inner[k]} = {steps[k]}({inner[k]}, "
+                                                       f"{top(self.expr(rk.source[0], {}))})")
+            for k in riders:
+                self.emit(depth + 1, f"{outer[k]} = {steps[k]}({outer[k]}, {inner[k]})")
+            for k in riders:
+                self.emit(depth, f"{ats[k]} = {outer[k]}")
         # combine the partial results
         for s_, part in zip(stages, parts, strict=True):
             comb = _reduce_groups(s_.bodies)[0][0].combiner
+            own = [self.axis(a) for a in s_.axes]
             depth = 1
-            if st.order:
-                depth = self.parallel_nest(1, st.order[:1], st.name)
-                for a in st.order[1:]:
+            if s_.order:
+                depth = self.parallel_nest(1, s_.order[:1], s_.name)
+                for a in s_.order[1:]:
                     self.range_loop(depth, a, {})
                     depth += 1
             v = self.names.fresh(f"{s_.name}_acc")
-            self.emit(depth, f"{v} = {part}[{', '.join(['0', *idx])}]")
+            self.emit(depth, f"{v} = {part}[{', '.join(['0', *own])}]")
             k = self.names.fresh(f"{s_.name}_k")
             self.emit(depth, f"for {k} in range(1, {chunks}):")
-            self.combine(depth + 1, comb, [v], [f"{part}[{', '.join([k, *idx])}]"], [v], s_.name)
-            self.finish(depth, s_, idx, v)
+            self.combine(depth + 1, comb, [v], [f"{part}[{', '.join([k, *own])}]"], [v], s_.name)
+            self.finish(depth, s_, own, v)
 
 
 def _owns_slices(st: ScatterStage) -> bool:

@@ -12,6 +12,11 @@ bit-identical (each partial result folds the same terms in the same order).
 
 Not shared: vector (stepped-lanes) chunks, a stage that reads an earlier stage of the group
 (its partial results are complete only after the loops), different extents or loop orders.
+One exception: a scalar stepped-lanes sum over (rows, columns) right before column sums over
+the same rows and columns rides in their loops (`_rider_map`): its accumulators step in the
+row loop and fold once per row as before (bit-identical), and the terms both compute are
+evaluated once (plain ew_chain's forward: its sum and the dw/db sums saved for the backward
+share tanh and exp: 5.3 -> 2.4 ms).
 
     for c in prange(16):               # dgamma, then dbeta in dgamma's loops
         for j in range(m): dgamma_part[c, j] = 0; dbeta_part[c, j] = 0
@@ -43,10 +48,28 @@ from .plan import Accumulate, ComputeStage, Stage
 
 
 def share_split_loops(stages: list[Stage]) -> list[Stage]:
-    """Mark each split reduction that can run in the previous split stage's chunk loops."""
+    """Mark each split reduction that can run in the previous split stage's chunk loops; a
+    scalar one (stepped lanes) right before a row-accumulated split stage over the same rows
+    rides in that stage's loops instead (`_rider_map`), moved after it."""
     out: list[Stage] = []
     group: list[ComputeStage] = []  # the current group of split stages sharing loops
+    pending: ComputeStage | None = None  # a scalar split reduction waiting for its head
     for st in stages:
+        if pending is not None:
+            m = _rider_map(st, pending)
+            out.append(st)
+            if m is not None:
+                group = [st, on_loops_of(pending, m)]
+                out.append(group[-1])
+                pending = None
+                continue
+            out[-1:] = [pending, st]
+            pending = None
+            group = [st] if _split(st) is not None else []
+            continue
+        if _scalar_lanes(st) is not None:
+            pending = st  # type: ignore[assignment]
+            continue
         m = _axis_map(group[0], st) if group else None
         written = {id(t) for g in group for t in g.tensors if t is not None}
         if m is not None and not any(id(r.tensor) in written for r in _reads(st)):
@@ -55,7 +78,42 @@ def share_split_loops(stages: list[Stage]) -> list[Stage]:
         else:
             group = [st] if _split(st) is not None else []
         out.append(st)
+    if pending is not None:
+        out.append(pending)
     return out
+
+
+def _scalar_lanes(st: Stage) -> Accumulate | None:
+    """The split accumulation of a scalar (no data axes) stepped-lanes reduction over two
+    axes (rows, then columns), else None."""
+    if not isinstance(st, ComputeStage) or st.cpu is None or st.cpu.join or st.axes:
+        return None
+    acc = st.cpu.accumulate
+    if acc is None or acc.split is None or not acc.vector or len(st.bodies) != 1:
+        return None
+    r = _reduce(st)
+    return acc if len(r.axis) == 2 and r.axis[0] is acc.split else None
+
+
+def _rider_map(head: Stage, st: ComputeStage) -> dict[IterVar, IterVar] | None:
+    """`st`'s reduce axes (rows, columns) -> `head`'s (split, row), if the scalar split
+    reduction `st` can fold in the loops of `head`, a row-accumulated split reduction over the
+    same rows and columns that does not read it: plain ew_chain's sum and the weight and bias
+    gradient sums its forward computes (`residuals.py`) then evaluate their common terms in
+    one pass.  `st` keeps its stepped accumulators (the same sum, in the same order)."""
+    a, b = _split(head), _scalar_lanes(st)
+    if a is None or b is None or a.row is None or a.chunks != b.chunks:
+        return None
+    assert isinstance(head, ComputeStage)
+    ra, (i, j) = _reduce(head), _reduce(st).axis
+    if len(ra.axis) != 1 or head.axes != (a.row,) or any(
+            not (x.lo.same_as(y.lo) and x.extent.same_as(y.extent))
+            for x, y in ((i, a.split), (j, a.row))):
+        return None
+    mine = {id(t) for t in st.tensors}
+    if any(id(x.tensor) in mine for x in _reads(head)):
+        return None
+    return {i: a.split, j: a.row}
 
 
 def fold_into_row_loops(stages: list[Stage]) -> list[Stage]:
@@ -134,7 +192,7 @@ def on_loops_of(st: ComputeStage, m: dict[IterVar, IterVar]) -> ComputeStage:
         st, axes=tuple(m[a] for a in st.axes), order=tuple(m[a] for a in st.order),
         bodies=tuple(rename_axes(b, m) for b in st.bodies),
         cpu=replace(st.cpu, join=True, accumulate=replace(
-            acc, split=m[acc.split], row=None if acc.row is None else m[acc.row])))
+            acc, split=m[acc.split], row=None if acc.row is None else m.get(acc.row))))
 
 
 def rename_axes(e: Expr, m: dict[IterVar, IterVar]) -> Expr:
