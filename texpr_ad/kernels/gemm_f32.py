@@ -270,12 +270,33 @@ def _item(aq, flat, q0, brows, ldb, cs, cq, r0, rows, j0, j1, ap, bt, tile):  # 
                           not first)
                     continue
                 _tile(a_at, a_ps, a_is, b_at, b_ld, b_rows, kc, t0, NR, False)
-                for i in range(mr):
-                    for j in range(cols):
-                        if first:
-                            cq[i0 + i, jb + j] = tile[i, j]
-                        else:
-                            cq[i0 + i, jb + j] += tile[i, j]
+                _merge_tile(cq, i0, jb, mr, cols, tile, first)
+
+
+@njit(cache=True)
+def _merge_tile(c, i0, j0, mr, cols, tile, first):  # type: ignore[no-untyped-def]
+    """c[i0:i0+mr, j0:j0+cols] (+)= the tile buffer's corner: a tile cut by a tail."""
+    for i in range(mr):
+        for j in range(cols):
+            if first:
+                c[i0 + i, j0 + j] = tile[i, j]
+            else:
+                c[i0 + i, j0 + j] += tile[i, j]
+
+
+@njit(cache=True)
+def _items(nb, m, n, threads):  # type: ignore[no-untyped-def]
+    """(rows per group, row groups, columns per group, column groups) of an m x n product
+    over nb batch entries: rows first (each item reads its rows of A once), as many groups as
+    threads need, each at most MC rows; then columns where the batch and rows give too few
+    items."""
+    n_rg = max((m + MC - 1) // MC, min((threads + nb - 1) // nb, (m + MR - 1) // MR))
+    rows = ((m + n_rg - 1) // n_rg + MR - 1) // MR * MR
+    n_rg = (m + rows - 1) // rows
+    n_cb = (n + NR - 1) // NR
+    n_cg = min(n_cb, (threads + nb * n_rg - 1) // (nb * n_rg))
+    per_cg = (n_cb + n_cg - 1) // n_cg * NR
+    return rows, n_rg, per_cg, (n + per_cg - 1) // per_cg
 
 
 @njit(parallel=True, cache=True)
@@ -288,15 +309,7 @@ def _gemm(a, flat, qs, brows, ldb, cs, n, c, threads):  # type: ignore[no-untype
     if k == 0:
         c[:, :, :n] = 0.0
         return
-    # rows first (each item reads its rows of A once), as many groups as threads need,
-    # each at most MC rows; then columns where the batch and rows give too few items
-    n_rg = max((m + MC - 1) // MC, min((threads + nb - 1) // nb, (m + MR - 1) // MR))
-    rows = ((m + n_rg - 1) // n_rg + MR - 1) // MR * MR
-    n_rg = (m + rows - 1) // rows
-    n_cb = (n + NR - 1) // NR
-    n_cg = min(n_cb, (threads + nb * n_rg - 1) // (nb * n_rg))
-    per_cg = (n_cb + n_cg - 1) // n_cg * NR
-    n_cg = (n + per_cg - 1) // per_cg
+    rows, n_rg, per_cg, n_cg = _items(nb, m, n, threads)
     for it in prange(nb * n_rg * n_cg):
         q = it // (n_rg * n_cg)
         rg = it // n_cg % n_rg
@@ -354,12 +367,7 @@ def _item_a_rows(flat, qs, arows, b, c, r0, rows, j0, j1, ap, bt, tile):  # type
                         _tile_spaced(ap0, MR, 1, b_at, b_ld, 0, kc, c_at, c_ld,
                                      not first and c_at != t0)
                     if c_at == t0:
-                        for i in range(mr):
-                            for j in range(cols):
-                                if first:
-                                    c[i0 + i, jb + j] = tile[i, j]
-                                else:
-                                    c[i0 + i, jb + j] += tile[i, j]
+                        _merge_tile(c, i0, jb, mr, cols, tile, first)
 
 
 @njit(parallel=True, cache=True)
@@ -373,13 +381,7 @@ def _gemm_a_rows(flat, qs, arows, b, c, threads):  # type: ignore[no-untyped-def
     if k == 0 or nseg == 0:
         c[...] = 0.0
         return
-    n_rg = max((m + MC - 1) // MC, min(threads, (m + MR - 1) // MR))
-    rows = ((m + n_rg - 1) // n_rg + MR - 1) // MR * MR
-    n_rg = (m + rows - 1) // rows
-    n_cb = (n + NR - 1) // NR
-    n_cg = min(n_cb, (threads + n_rg - 1) // n_rg)
-    per_cg = (n_cb + n_cg - 1) // n_cg * NR
-    n_cg = (n + per_cg - 1) // per_cg
+    rows, n_rg, per_cg, n_cg = _items(1, m, n, threads)
     for it in prange(n_rg * n_cg):
         rg, cg = it // n_cg, it % n_cg
         ap = np.empty(MR * KC, np.float32)

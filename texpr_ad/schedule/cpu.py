@@ -27,7 +27,7 @@
                   partial results over its outermost axis, combined afterwards; a long
                   reduction contiguous in its innermost axis is vectorized into SIMD lanes
                   (`lanes`: its sum may regroup; max/min are exact).
-8. join         - consecutive stages with one parallel axis of the same extent run in one
+8. join         - (cpu_join.py) consecutive stages with one parallel axis of the same extent run in one
                   `prange` when each reads the earlier ones only at its own parallel index
                   (row-wise chains: softmax, normalizations); an intermediate that only
                   later stages of its prange read becomes a per-iteration row buffer.
@@ -52,26 +52,26 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import fields, replace
-from typing import Any, Iterator, Mapping, Sequence, TypeVar
+from dataclasses import replace
+from typing import Any, Mapping, Sequence
 
 
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, ReduceKind, const
 from ..te.ops import Op
 from ..te.printer import expr_str
-from ..te.tensor import Tensor
 from ..te.simplify import simplify
 from ..te.visit import bounds_depend_on_axes, children, substitute, walk
 from . import cpu_implicit, normalize
 from .cpu_col2im import col2im_scatter
 from .cpu_invariants import hoist, workspace
+from .cpu_join import join_stages, pull_into_pranges, row_buffers
+from .cpu_join import stage_reads as _reads
 from .cpu_shared_loops import fold_into_row_loops, share_split_loops
 from .nest import MIN_PARALLEL_CHUNKS, Expander, _const, _reduction_notes, _work, compute_stage
 from .plan import (Accumulate, ComputeStage, Contraction, CpuStagePlan, Inline, Plan,
                    ScatterStage, ScheduleError, Split, Stage)
+from .plan import with_cpu as _cpu
 
-S = TypeVar("S", ComputeStage, ScatterStage)
-_CPU_FIELDS = {f.name for f in fields(CpuStagePlan)}
 
 MIN_BLAS_WORK = 4096  # contractions with fewer multiply-adds stay in loops
 MAX_IM2COL = 1 << 26  # elements of an im2col gather stage (256 MiB of float32) at most
@@ -162,12 +162,6 @@ def drop_unread(stages: list[Stage], plan: Plan) -> tuple[list[Stage], tuple[Inl
         out.append(st)
         read.update(id(r.tensor) for r in _reads(st))
     return out[::-1], tuple(dropped[::-1])
-
-
-def _cpu(st: S, **kw: Any) -> S:
-    """`st` with fields of its CPU sub-record (and, for stage fields, of itself) replaced."""
-    own = {k: kw.pop(k) for k in list(kw) if k not in _CPU_FIELDS}
-    return replace(st, cpu=replace(st.cpu or CpuStagePlan(), **kw), **own)
 
 
 class _NoExpand:
@@ -714,118 +708,3 @@ def scatter_block(st: ScatterStage) -> ScatterStage:
             or not _is_zero(p.lo) or (_const(p.extent) or 0) < 2 * SCATTER_BLOCK):
         return st
     return _cpu(st, block=SCATTER_BLOCK)
-
-
-def _joinable(st: Stage) -> bool:
-    return (isinstance(st, ComputeStage) and st.parallel and st.fused == 1 and bool(st.order)
-            and st.cpu.contraction is None and st.cpu.accumulate is None)  # type: ignore[union-attr]
-
-
-def _rides_along(st: Stage) -> bool:
-    """A serial (small) loop-nest stage, which may join a prange but not open one: the
-    per-channel scalars between batch_norm's reductions would otherwise cut the chain."""
-    return (isinstance(st, ComputeStage) and not st.parallel and bool(st.order)
-            and st.cpu.contraction is None and st.cpu.accumulate is None  # type: ignore[union-attr]
-            and st.cpu.split is None)  # type: ignore[union-attr]
-
-
-def pull_into_pranges(stages: list[Stage], overrides: Mapping[str, Mapping[str, Any]]
-                      ) -> list[Stage]:
-    """Move a stage that would open a prange of its own back to just after an earlier prange
-    group that it can join (step 8 then joins it), past stages that write nothing it reads:
-    a plain batch_norm's `dgamma`, a per-channel sum over the same rows as `dvar`, listed
-    after `dx`, then reads each channel's rows while they are in cache instead of in a pass
-    of its own.  Stages reading it still come after it; nothing it reads moves."""
-    out: list[Stage] = []
-    for st in stages:
-        out.append(st)
-        pinned = bool({"order", "fuse", "parallel"} & set(overrides.get(st.name, {})))
-        if pinned or not _joinable(st) or len(out) < 3 or join_stages(out, overrides)[-1].cpu.join:  # type: ignore[union-attr]
-            continue
-        reads = {id(r.tensor) for r in _reads(st)}
-        for k in range(len(out) - 2, 0, -1):
-            if any(id(t) in reads for t in _written(out[k])):
-                break  # st reads what out[k] writes: it stays after it
-            if join_stages([*out[:k], st], overrides)[-1].cpu.join:  # type: ignore[union-attr]
-                out[k:] = [st, *out[k:-1]]
-                break
-    return out
-
-
-def _written(st: Stage) -> tuple[Tensor, ...]:
-    if isinstance(st, ScatterStage):
-        return (st.tensor,)
-    return tuple(t for t in st.tensors if t is not None)
-
-
-def join_stages(stages: list[Stage], overrides: Mapping[str, Mapping[str, Any]]) -> list[Stage]:
-    """Mark stages that run inside the previous stage's prange (step 8); a small serial stage
-    joins too (it becomes one prange iteration's work), so the group goes on after it."""
-    out: list[Stage] = []
-    rows: dict[int, int] = {}  # tensor id -> dim written at the shared parallel index
-    ext: Expr | None = None
-    for st in stages:
-        pinned = bool({"order", "fuse", "parallel"} & set(overrides.get(st.name, {})))
-        ok = _joinable(st) and not pinned
-        small = not ok and not pinned and ext is not None and _rides_along(st)
-        if (ok or small) and ext is not None and st.order[0].extent.same_as(ext):  # type: ignore[union-attr]
-            p = st.order[0]  # type: ignore[union-attr]
-            reads = [x for b in st.bodies for x in walk(b)  # type: ignore[union-attr]
-                     if isinstance(x, Read) and id(x.tensor) in rows]
-            if all(x.indices[rows[id(x.tensor)]] is p for x in reads):
-                st = _cpu(st, join=True) if ok else _cpu(
-                    st, join=True, parallel=True, fused=1,
-                    notes=(*st.notes, "joined although small: the prange of its group is there"))
-                ok = True
-            else:
-                rows, ext = {}, None
-        else:
-            rows, ext = {}, None
-        if ok:
-            if ext is None:
-                ext = st.order[0].extent  # type: ignore[union-attr]
-            d = st.axes.index(st.order[0])  # type: ignore[union-attr]
-            rows.update({id(t): d for t in st.tensors if t is not None})  # type: ignore[union-attr]
-        out.append(st)
-    return out
-
-
-def _reads(st: Stage) -> Iterator[Read]:
-    """Every tensor read of a stage, reduction bounds and BLAS operands included."""
-    exprs = st.bodies if isinstance(st, ComputeStage) else [e for u in st.updates for e in u.exprs]
-    for e in exprs:
-        for x in walk(e):
-            if isinstance(x, Read):
-                yield x
-            elif isinstance(x, Reduce):
-                yield from (r for a in x.axis for b in (a.lo, a.extent) for r in walk(b)
-                            if isinstance(r, Read))
-    if isinstance(st, ComputeStage) and st.cpu.contraction is not None:  # type: ignore[union-attr]
-        c = st.cpu.contraction  # type: ignore[union-attr]
-        yield from (Read(t, (), t.dtype) for t in (c.a, c.b))
-
-
-def row_buffers(stages: list[Stage]) -> list[Stage]:
-    """Joined intermediates read only inside their own prange become per-iteration buffers."""
-    group: list[int] = []  # the current joined group, as positions in `stages`
-    groups: list[list[int]] = []
-    for k, st in enumerate(stages):
-        if st.cpu.join and group:  # type: ignore[union-attr]
-            group.append(k)
-        else:
-            group = [k]
-            groups.append(group)
-    readers: dict[int, set[int]] = {}  # tensor id -> positions of the stages reading it
-    for k, st in enumerate(stages):
-        for r in _reads(st):
-            readers.setdefault(id(r.tensor), set()).add(k)
-    out = list(stages)
-    for g in groups:
-        for k in g[:-1] if len(g) > 1 else ():
-            st = out[k]
-            ts = [t for t in st.tensors if t is not None]  # type: ignore[union-attr]
-            if (not st.is_output and ts and len(st.axes) > 1  # type: ignore[union-attr]
-                    and st.cpu.accumulate is None  # type: ignore[union-attr]
-                    and all(readers.get(id(t), set()) <= set(g) - {k} for t in ts)):
-                out[k] = _cpu(st, row_buffer=True)
-    return out

@@ -5,7 +5,6 @@ workspace buffers reused across calls.  Both are printed in the plan and overrid
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -14,13 +13,10 @@ from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce
 from ..te.ops import Op
 from ..te.tensor import Tensor
 from ..te.visit import children, walk
-from .plan import ComputeStage, CpuStagePlan, Stage
+from .plan import ComputeStage, Stage
+from .plan import with_cpu as _cpu
 
 WORKSPACE_MIN_BYTES = 1 << 20  # intermediates this large are reused across calls (see step 10)
-
-
-def _cpu(st: Stage, **kw: Any) -> Stage:
-    return replace(st, cpu=replace(st.cpu or CpuStagePlan(), **kw))
 
 
 def hoist(st: Stage, ov: Mapping[str, Any]) -> Stage:

@@ -12,7 +12,8 @@ with the override and says so in its notes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
+from typing import Any, TypeVar
 from enum import Enum
 
 from ..errors import TexprError
@@ -287,6 +288,16 @@ class ScatterStage:
 
 
 Stage = ComputeStage | ScatterStage
+
+
+S = TypeVar("S", ComputeStage, ScatterStage)
+_CPU_FIELDS = {f.name for f in fields(CpuStagePlan)}
+
+
+def with_cpu(st: S, **kw: Any) -> S:
+    """`st` with fields of its CPU sub-record (and, for stage fields, of itself) replaced."""
+    own = {k: kw.pop(k) for k in list(kw) if k not in _CPU_FIELDS}
+    return replace(st, cpu=replace(st.cpu or CpuStagePlan(), **kw), **own)
 
 
 @dataclass(frozen=True)
