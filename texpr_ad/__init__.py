@@ -8,12 +8,12 @@
 """
 from . import te
 from .api import CustomOp, CustomOpError, build, custom_op
-from .arrays import ArrayArgumentError
+from .arrays import ArrayArgumentError, OpArgumentError
 from .deriv import GradientError, NotDifferentiableError, grad, jvp
 from .errors import TexprError
 from .pullback import vjp
 from .te.work import work
 
 __version__ = "0.1.0"
-__all__ = ["ArrayArgumentError", "CustomOp", "CustomOpError", "GradientError", "NotDifferentiableError", "TexprError", "build",
-           "custom_op", "grad", "jvp", "vjp", "te", "work"]
+__all__ = ["ArrayArgumentError", "CustomOp", "CustomOpError", "GradientError", "NotDifferentiableError",
+           "OpArgumentError", "TexprError", "build", "custom_op", "grad", "jvp", "vjp", "te", "work"]

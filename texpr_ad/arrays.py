@@ -4,10 +4,14 @@ rejected when the compute is defined, by te/bounds.py).
 Shared by `Kernel.__call__` (texpr_ad/kernels/kernel.py) and `custom_op` (texpr_ad/api.py).
 Anything `np.asarray` accepts is an array (NumPy arrays, nested lists, CPU torch tensors
 without grad); anything else is a `ArrayArgumentError` naming the argument and the fix.
+
+The framework front ends (texpr_ad/torch.py, texpr_ad/jax.py) are stricter: `op_arguments` and
+`op_dtype` are the one place saying what their ops take (tensors, positionally, in a dtype the
+kernels compute in); anything else is an `OpArgumentError`.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -18,6 +22,52 @@ from .te.expr import Const
 
 class ArrayArgumentError(TexprError, ValueError):
     """An argument is not an array, or does not fit the definition it is passed to."""
+
+
+class OpArgumentError(TexprError, TypeError):
+    """A `texpr_ad.torch`/`texpr_ad.jax` op got an argument it cannot take: not a tensor (a
+    Python number, list, tuple, or a NumPy array for torch), a keyword argument, or a dtype the
+    kernels do not compute in (float16, bfloat16, complex)."""
+
+
+# dtypes the kernels compute in (te's float16 has no backend), and the fix for the others
+KERNEL_DTYPES = ("float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
+_DTYPE_FIX = ((("float", "bfloat"), "compute in float32 and cast the result back: {to32}"),
+              (("complex",), "pass the real and imaginary parts as two float tensors"),
+              (("",), "convert it to one of " + ", ".join(KERNEL_DTYPES)))
+
+
+def op_arguments(op: str, args: Sequence[Any], kwargs: Mapping[str, Any],
+                 names: Callable[[int], list[str]], is_tensor: Callable[[Any], bool], tensor: str,
+                 convert: str) -> None:
+    """Refuse keyword arguments and anything `is_tensor` rejects, naming the argument (from
+    `names(len(args))`, called only then: the check is a type test per argument, and holds no
+    state that torch.compile would guard on).
+
+    The one check of what a front-end op takes: issue #27 (scalars as te arguments) relaxes it
+    here.  `tensor` says what is taken ("torch tensor"), `convert` how to make one."""
+    if kwargs:
+        raise OpArgumentError(f"{op}: got keyword argument(s) {', '.join(map(repr, kwargs))}; pass "
+                              f"the {tensor}s positionally, in the order of the te function's "
+                              f"parameters")
+    bad = next((k for k, a in enumerate(args) if not is_tensor(a)), None)
+    if bad is not None:
+        a, n = args[bad], names(len(args))[bad]
+        kind = type(a).__qualname__ if type(a).__module__ == "builtins" else \
+            f"{type(a).__module__}.{type(a).__qualname__}"
+        raise OpArgumentError(f"{op}: argument {bad} ({n!r}) is of type {kind}, not a {tensor}; "
+                              f"pass a {tensor} ({convert}), or close over a hyperparameter "
+                              f"(a scale, an eps) in the te function instead of passing it")
+
+
+def op_dtype(op: str, what: str, dtype: str, to32: str) -> None:
+    """Refuse a dtype the kernels do not compute in (`dtype` as NumPy names it: "bfloat16"),
+    naming `what` ("argument 0 ('x')") and the fix; `to32` is the float32 round trip written
+    in the front end's terms."""
+    if dtype not in KERNEL_DTYPES:
+        fix = next(f for p, f in _DTYPE_FIX if dtype.startswith(p)).format(to32=to32)
+        raise OpArgumentError(f"{op}: {what} has dtype {dtype}, which texpr_ad kernels do not "
+                              f"compute in; {fix}")
 
 
 def as_array(x: Any, what: str) -> np.ndarray:
@@ -49,4 +99,5 @@ def static_shape(t: Tensor) -> tuple[int, ...] | None:
     return None
 
 
-__all__ = ["ArrayArgumentError", "as_array", "shape_str", "static_shape"]
+__all__ = ["ArrayArgumentError", "KERNEL_DTYPES", "OpArgumentError", "as_array", "op_arguments",
+           "op_dtype", "shape_str", "static_shape"]

@@ -12,27 +12,41 @@ the callback.  Under `jax.vmap` the callback runs once per batch element (`seque
 Residuals (`ta.vjp`): under differentiation the forward callback also returns the
 intermediates the backward reads (see `Pullback.explain()`), kept as the rule's residuals with
 the inputs and outputs; the backward callback reads them.  Integer inputs get a zero
-cotangent (None in the custom_vjp rule).  Without `jax_enable_x64`, JAX keeps float64 as
-float32, so the kernels see float32.
+cotangent (None in the custom_vjp rule); integer outputs are not differentiated (their float0
+cotangents are not passed on).  Without `jax_enable_x64`, JAX keeps float64 as float32, so the
+kernels see float32, and a te function giving a 64-bit output is a JaxOpError.
+
+Arguments: JAX or NumPy arrays, positionally (`arrays.op_arguments`), in a dtype the kernels
+compute in (`arrays.op_dtype`; float16/bfloat16: compute in float32), with concrete shapes
+(`jax.export`'s symbolic dims are refused), else a TexprError.  Kernels are built while JAX
+traces, so what the definition or the planner rejects is raised there, as a TexprError; a
+kernel's own run-time error (a gather index out of range) comes out of the callback as JAX's
+`JaxRuntimeError` holding the texpr_ad message.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from texpr_ad.api import CustomOp
-from texpr_ad.arrays import static_shape
+from texpr_ad.api import CustomOp, _param_names
+from texpr_ad.arrays import KERNEL_DTYPES, OpArgumentError, op_arguments, op_dtype, static_shape
 from texpr_ad.errors import TexprError
 
 
 class JaxOpError(TexprError, ValueError):
-    """A texpr_ad JAX op whose definition gives outputs JAX cannot shape."""
+    """A texpr_ad JAX op called with symbolic shapes, or whose definition gives outputs JAX
+    cannot shape (a symbolic shape; a 64-bit dtype with `jax_enable_x64` off)."""
 
 
 def _is_float(x: Any) -> bool:
     return np.issubdtype(np.dtype(x.dtype), np.floating)
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, (jax.Array, np.ndarray, np.generic))
 
 
 class JaxOp:
@@ -47,9 +61,30 @@ class JaxOp:
         self._f = jax.custom_vjp(self._forward)
         self._f.defvjp(self._forward_rule, self._backward_rule)
 
-    def __call__(self, *xs: Any) -> Any:
+    def __call__(self, *xs: Any, **kwargs: Any) -> Any:
+        op_arguments(self.name, xs, kwargs, self._arg_names, _is_array, "JAX array",
+                     "jnp.asarray(value)")
+        xs = tuple(jnp.asarray(x) for x in xs)  # as JAX takes NumPy arrays (64-bit types canonical)
+        for k, x in enumerate(xs):
+            if np.dtype(x.dtype).name not in KERNEL_DTYPES:
+                op_dtype(self.name, self._label(xs, k), np.dtype(x.dtype).name,
+                         "op(x.astype(jnp.float32), ...).astype(x.dtype)")
+            if not all(isinstance(d, int) for d in np.shape(x)):
+                raise JaxOpError(f"{self.name}: {self._label(xs, k)} has the symbolic shape "
+                                 f"{np.shape(x)}; texpr_ad.jax ops take concrete shapes, and run "
+                                 f"as host callbacks, which jax.export cannot serialize: call "
+                                 f"the function under jax.jit (concrete shapes) instead of "
+                                 f"exporting it")
         outs = self._f(*xs)
         return outs[0] if len(outs) == 1 else outs
+
+    def _arg_names(self, n: int) -> list[str]:
+        """The te function's parameter names for `n` arrays (for messages: a CustomOpError if
+        it takes another count)."""
+        return _param_names(self.core.fn, n, self.name)
+
+    def _label(self, xs: Sequence[Any], k: int) -> str:
+        return f"argument {k} ({self._arg_names(len(xs))[k]!r})"
 
     def _pullback(self, xs: Sequence[Any]) -> Any:
         return self.core.pullback([(np.shape(x), np.dtype(x.dtype)) for x in xs])
@@ -57,26 +92,37 @@ class JaxOp:
     def _out_specs(self, xs: Sequence[Any], extra: bool = False) -> tuple[jax.ShapeDtypeStruct, ...]:
         """Shapes of the outputs (then of the saved intermediates, with `extra`)."""
         _, outs = self.core.define([(np.shape(x), np.dtype(x.dtype)) for x in xs])
+        n_out = len(outs)
         if extra:
             outs = outs + self._pullback(xs).extra
         specs = []
-        for o in outs:
-            s = static_shape(o)
+        for k, o in enumerate(outs):
+            what = f"{'output' if k < n_out else 'saved intermediate'} {o.name!r}"
+            s, d = static_shape(o), np.dtype(o.dtype)
             if s is None:
-                raise JaxOpError(f"{self.name}: output {o.name!r} has a symbolic shape; the te "
+                raise JaxOpError(f"{self.name}: {what} has a symbolic shape; the te "
                                  f"function must give outputs shaped by its inputs' shapes")
-            specs.append(jax.ShapeDtypeStruct(s, np.dtype(o.dtype)))
+            if jax.dtypes.canonicalize_dtype(d) != d:
+                raise JaxOpError(f"{self.name}: {what} is {d}, but JAX has 64-bit types disabled; "
+                                 f"enable them (jax.config.update('jax_enable_x64', True)) or make "
+                                 f"the te function compute in 32 bits (float32, int32)")
+            specs.append(jax.ShapeDtypeStruct(s, d))
         return tuple(specs)
 
     def _forward(self, *xs: Any) -> tuple[Any, ...]:
+        specs = self._out_specs(xs)
+        self.core._instance(xs)  # built while tracing: the planner's errors are TexprErrors here
+
         def host(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
             res = self.core(*map(np.asarray, arrays))  # the callback may get jax Arrays
             return res if isinstance(res, tuple) else (res,)
-        return jax.pure_callback(host, self._out_specs(xs), *xs, vmap_method="sequential")
+        return jax.pure_callback(host, specs, *xs, vmap_method="sequential")
 
     def _forward_rule(self, *xs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         """The outputs, and as residuals the inputs, outputs and saved intermediates."""
-        n = len(self._pullback(xs).outputs)
+        p = self._pullback(xs)
+        n = len(p.outputs)
+        p.forward_kernel  # built while tracing (as in _forward)
 
         def host(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
             return tuple(self._pullback(arrays).forward_kernel(*map(np.asarray, arrays)))
@@ -89,19 +135,25 @@ class JaxOp:
         xs, ys = saved
         floats = [_is_float(x) for x in xs]
         specs = tuple(jax.ShapeDtypeStruct(np.shape(x), x.dtype) for x, f in zip(xs, floats) if f)
-        nx, ng = len(xs), len(gs)
+        p = self._pullback(xs)
+        p.backward_kernel  # built while tracing (as in _forward)
+        live = [k for k, o in enumerate(p.outputs) if _is_float(o)]  # integer ones get float0
+        nx, ng, no = len(xs), len(live), len(p.outputs)
 
         def host(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
             arrays = tuple(map(np.asarray, arrays))
-            ins, heads, outs = arrays[:nx], arrays[nx:nx + ng], arrays[nx + ng:]
+            ins, given, saved = arrays[:nx], arrays[nx:nx + ng], arrays[nx + ng:]
             p = self._pullback(ins)
-            res = p.residuals(ins, outs[:ng], outs[ng:])
-            got = p.backward(res, *self.core._heads(list(heads), p.outputs))
+            heads = [np.zeros(static_shape(o), o.dtype) for o in p.outputs]
+            for k, g in zip(live, given, strict=True):
+                heads[k] = g
+            res = p.residuals(ins, saved[:no], saved[no:])
+            got = p.backward(res, *self.core._heads(heads, p.outputs))
             return tuple(np.zeros_like(x) if r is None else r
                          for r, x, f in zip(got, ins, floats, strict=True) if f)
 
-        grads = iter(jax.pure_callback(host, specs, *xs, *gs, *ys, vmap_method="sequential")
-                     if specs else ())
+        grads = iter(jax.pure_callback(host, specs, *xs, *[gs[k] for k in live], *ys,
+                                       vmap_method="sequential") if specs else ())
         return tuple(next(grads) if f else None for f in floats)
 
 
@@ -111,4 +163,4 @@ def custom_op(fn: Callable[..., Any], name: str = "custom_op") -> JaxOp:
     return JaxOp(fn, name)
 
 
-__all__ = ["JaxOp", "JaxOpError", "custom_op"]
+__all__ = ["JaxOp", "JaxOpError", "OpArgumentError", "custom_op"]

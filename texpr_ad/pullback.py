@@ -3,6 +3,7 @@
     fwd, bwd = ta.vjp([Y], [A, W])
     (y,), res = fwd(a, w)          # the outputs, and what the backward needs
     da, dw = bwd(res, dy)          # one cotangent per output; None for integer inputs
+                                   # (integer outputs take a cotangent too, never read)
 
 Which forward tensors are saved and which are recomputed in the backward is decided per
 tensor by `schedule.residuals.choose` (outputs and reductions are saved; elementwise
@@ -22,6 +23,7 @@ from . import te
 from .deriv import grad
 from .errors import TexprError
 from .schedule.residuals import Decision, choose, rebuilt
+from .te import dtype as dt
 from .te.dag import placeholders, replace_inputs
 from .te.tensor import Tensor
 
@@ -54,7 +56,10 @@ class Pullback:
                  save: str | Collection[str] = "auto") -> None:
         self.outputs, self.inputs, self.target = list(outputs), list(inputs), target
         self.heads = [te.placeholder(o.shape, o.dtype, name=f"d{o.name}") for o in self.outputs]
-        self.adjoints = grad(self.outputs, self.inputs, head=self.heads)
+        # integer outputs are not differentiated: their cotangents are taken and not read
+        diff = [k for k, o in enumerate(self.outputs) if dt.is_float(o.dtype)]
+        self.adjoints = grad([self.outputs[k] for k in diff], self.inputs,
+                             head=[self.heads[k] for k in diff]) if diff else [None] * len(inputs)
         live = [a for a in self.adjoints if a is not None]
         self.decisions = choose(self.outputs, live, self.heads, save)
         self.saved = [d.tensor for d in self.decisions if d.save]

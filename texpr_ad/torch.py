@@ -18,7 +18,14 @@ Outputs are the kernels' fresh NumPy arrays wrapped by `torch.from_numpy` (no co
 are built and cached per shape/dtype signature by the core `ta.custom_op`, which also does the
 dtype and shape checks.  CUDA tensors go to the CUDA kernels through `__cuda_array_interface__`
 (no copies; launched on Numba's default stream after synchronizing PyTorch's current stream);
-without a usable GPU they are a TorchOpError.  Integer inputs get no gradient (None).
+without a usable GPU they are a TorchDeviceError, as are tensors on different devices (a CPU
+tensor next to a meta one included: only all-meta inputs take the fake implementation).
+Integer inputs get no gradient (None); integer outputs are not differentiated.
+
+Arguments: tensors only, positionally (`arrays.op_arguments`), in a dtype the kernels compute
+in (`arrays.op_dtype`; float16/bfloat16: compute in float32), else an OpArgumentError.  Under
+`torch.compile` with dynamic shapes, the op reads its sizes as ints: a symbolic size is guarded
+on (specialized), so each new shape recompiles the graph and builds kernels for that shape.
 """
 from __future__ import annotations
 
@@ -27,20 +34,23 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from texpr_ad.api import CustomOp, build
+from texpr_ad.api import CustomOp, _param_names, build
+from texpr_ad.arrays import KERNEL_DTYPES, OpArgumentError, op_arguments, op_dtype
 from texpr_ad.errors import TexprError
 from texpr_ad.kernels import numba_cuda
 from texpr_ad.te.tensor import Tensor
 
-_NP = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64,
-       torch.int8: np.int8, torch.int16: np.int16, torch.int32: np.int32, torch.int64: np.int64,
-       torch.uint8: np.uint8, torch.bool: np.bool_}
-_TORCH = {np.dtype(v).str: k for k, v in _NP.items()}
+_NP = {getattr(torch, n): np.dtype(n) for n in KERNEL_DTYPES}  # the dtypes the kernels take
 _REGISTERED: set[str] = set()  # qualified names registered by this module
 
 
 class TorchOpError(TexprError, ValueError):
-    """A texpr_ad torch op got a tensor it cannot take (dtype, device), or its name is taken."""
+    """A texpr_ad torch op whose name is taken, or whose outputs PyTorch cannot shape."""
+
+
+class TorchDeviceError(TorchOpError, RuntimeError):
+    """Tensors on different devices, or on one texpr_ad has no kernels for (a RuntimeError, as
+    PyTorch's own ops raise)."""
 
 
 def _is_float(t: torch.Tensor) -> bool:
@@ -68,9 +78,19 @@ class TorchOp:
                                      self._vjp, self._vjp_fake)
         self.forward_op.register_autograd(self._backward, setup_context=self._setup_context)
 
-    def __call__(self, *xs: torch.Tensor) -> Any:
+    def __call__(self, *xs: torch.Tensor, **kwargs: Any) -> Any:
+        op_arguments(self.name, xs, kwargs, self._arg_names, lambda x: isinstance(x, torch.Tensor),
+                     "torch tensor", "torch.as_tensor(value)")
         outs = self.forward_op(list(xs))[: len(self._pullback(xs).outputs)]  # then residuals
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _arg_names(self, n: int) -> list[str]:
+        """The te function's parameter names for `n` tensors (for messages: a CustomOpError if
+        it takes another count)."""
+        return _param_names(self.core.fn, n, self.name)
+
+    def _label(self, xs: Sequence[torch.Tensor], k: int) -> str:
+        return f"argument {k} ({self._arg_names(len(xs))[k]!r})"
 
     def _pullback(self, xs: Sequence[torch.Tensor]) -> Any:
         return self.core.pullback(self._specs(xs))
@@ -96,7 +116,8 @@ class TorchOp:
     def _setup_context(self, ctx: Any, inputs: tuple, output: Any) -> None:
         xs, ys = list(inputs[0]), list(output)
         ctx.n_in, ctx.n_out = len(xs), len(self._pullback(xs).outputs)
-        ctx.mark_non_differentiable(*ys[ctx.n_out:])
+        ints = [y for y in ys[: ctx.n_out] if not _is_float(y)]  # integer outputs: no gradient
+        ctx.mark_non_differentiable(*ys[ctx.n_out:], *ints)
         ctx.save_for_backward(*xs, *ys)
 
     def _backward(self, ctx: Any, gs: Sequence[torch.Tensor | None]) -> tuple[list[torch.Tensor | None]]:
@@ -109,35 +130,53 @@ class TorchOp:
     # -- implementations (real and fake) ---------------------------------------------------
 
     def _specs(self, xs: Sequence[torch.Tensor]) -> list[tuple[tuple[int, ...], Any]]:
-        return [(tuple(x.shape), _np_dtype(x, k, self.name)) for k, x in enumerate(xs)]
+        """(shape, NumPy dtype) per tensor.  `int()` of a symbolic size (torch.compile's dynamic
+        shapes) guards on its value: the traced graph is specialized to this shape."""
+        bad = next((k for k, x in enumerate(xs) if x.dtype not in _NP), None)
+        if bad is not None:
+            op_dtype(self.name, self._label(xs, bad), str(xs[bad].dtype).removeprefix("torch."),
+                     "op(x.float(), ...).to(x.dtype)")
+        return [(tuple(int(d) for d in x.shape), _NP[x.dtype]) for x in xs]
+
+    def _device(self, gs: Sequence[torch.Tensor], xs: Sequence[torch.Tensor],
+                ys: Sequence[torch.Tensor] = ()) -> torch.device:
+        """The one device of all the tensors, or a TorchDeviceError naming two that differ."""
+        ts = [*xs, *gs, *ys]
+        if all(t.device == ts[0].device for t in ts):
+            return ts[0].device if ts else torch.device("cpu")
+        labels = [*(self._label(xs, k) for k in range(len(xs))),
+                  *(f"cotangent {k}" for k in range(len(gs))),
+                  *(f"saved output {k}" for k in range(len(ys)))]
+        return _one_device(list(zip(labels, ts)), self.name)
 
     def _forward_fake(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        dev = self._device((), xs)  # a CPU tensor next to a meta one lands here: refuse it
         p = self._pullback(xs)
-        dev = xs[0].device if xs else torch.device("cpu")
         return [torch.empty([int(s) for s in _static(o)], dtype=_torch_dtype(o.dtype), device=dev)
                 for o in p.outputs + p.extra]
 
     def _vjp_fake(self, gs: list[torch.Tensor], xs: list[torch.Tensor],
                   ys: list[torch.Tensor]) -> list[torch.Tensor]:
+        self._device(gs, xs, ys)
         return [torch.empty_like(x) for x in xs if _is_float(x)]
 
     def _forward(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
         """The outputs, then the saved intermediates (the pullback's `extra`)."""
-        if _on_cuda(xs, self.name):
+        if _on_cuda(self._device((), xs), self.name):
             return self._cuda_call(xs, None, None)
-        arrays = [_host(x, k, self.name) for k, x in enumerate(xs)]
-        return [torch.from_numpy(r) for r in self._pullback(xs).forward_kernel(*arrays)]
+        p = self._pullback(xs)  # checks the dtypes, naming the arguments
+        arrays = [_host(x) for x in xs]
+        return [torch.from_numpy(r) for r in p.forward_kernel(*arrays)]
 
     def _vjp(self, gs: list[torch.Tensor], xs: list[torch.Tensor],
              ys: list[torch.Tensor]) -> list[torch.Tensor]:
-        if _on_cuda([*gs, *xs], self.name):
+        if _on_cuda(self._device(gs, xs, ys), self.name):
             return self._cuda_call(xs, gs, ys)
         p = self._pullback(xs)
-        arrays = [_host(x, k, self.name) for k, x in enumerate(xs)]
-        saved = [_host(y, k, f"{self.name} residual") for k, y in enumerate(ys)]
+        arrays = [_host(x) for x in xs]
+        saved = [_host(y) for y in ys]
         n = len(p.outputs)
-        heads = self.core._heads([_host(g, k, f"{self.name} cotangent") for k, g in enumerate(gs)],
-                                 p.outputs)
+        heads = self.core._heads([_host(g) for g in gs], p.outputs)
         res = p.backward(p.residuals(arrays, saved[:n], saved[n:]), *heads)
         return [torch.zeros_like(x) if r is None else torch.from_numpy(r)  # None: not reached
                 for r, x in zip(res, xs, strict=True) if _is_float(x)]
@@ -180,34 +219,38 @@ def custom_op(fn: Callable[..., Any], name: str) -> TorchOp:
 
 # -- helpers ---------------------------------------------------------------------------------
 
-def _np_dtype(x: torch.Tensor, k: int, op: str) -> Any:
-    d = _NP.get(x.dtype)
-    if d is None:
-        raise TorchOpError(f"{op}: tensor {k} has dtype {x.dtype}, which texpr_ad kernels do not "
-                           f"take; convert it, e.g. x.float() or x.double()")
-    return d
-
-
-def _host(x: torch.Tensor, k: int, op: str) -> np.ndarray:
-    """A NumPy view of a CPU tensor (a contiguous copy first when it is not contiguous)."""
-    _np_dtype(x, k, op)
+def _host(x: torch.Tensor) -> np.ndarray:
+    """A NumPy view of a CPU tensor of a kernel dtype (checked by `_specs`; a contiguous copy
+    first when it is not contiguous)."""
     x = x.detach()
     if not x.is_contiguous():
         x = x.contiguous()
     return x.resolve_conj().resolve_neg().numpy()
 
 
-def _on_cuda(xs: Sequence[torch.Tensor], op: str) -> bool:
-    devs = {x.device.type for x in xs}
-    if devs <= {"cpu"}:
-        return False
-    if devs != {"cuda"}:
-        raise TorchOpError(f"{op}: tensors on devices {sorted(devs)}; texpr_ad ops take all-CPU or "
-                           f"all-CUDA tensors: move them with .cpu() or .cuda()")
-    if not numba_cuda.gpu_available():
-        raise TorchOpError(f"{op}: got CUDA tensors, but Numba finds no usable GPU; move them to "
-                           f"the CPU with .cpu(), or install the `cuda` extra (numba-cuda)")
-    return True
+def _one_device(labelled: Sequence[tuple[str, torch.Tensor]], op: str) -> torch.device:
+    """The device all the tensors are on, or a TorchDeviceError naming two that differ (as
+    PyTorch's ops: no silent copy between devices)."""
+    if not labelled:
+        return torch.device("cpu")
+    (w0, t0), *rest = labelled
+    other = next(((w, t) for w, t in rest if t.device != t0.device), None)
+    if other is not None:
+        raise TorchDeviceError(f"{op}: expected all tensors on one device, but {other[0]} is on "
+                               f"{other[1].device} and {w0} on {t0.device}; move them to one "
+                               f"device, e.g. with .to({str(t0.device)!r})")
+    return t0.device
+
+
+def _on_cuda(dev: torch.device, op: str) -> bool:
+    """Whether tensors on `dev` go to the CUDA kernels (CPU ones to the Numba CPU kernels)."""
+    if dev.type not in ("cpu", "cuda"):
+        raise TorchDeviceError(f"{op}: got tensors on {dev}; texpr_ad ops run on CPU and CUDA "
+                               f"tensors (meta ones only give shapes): move them with .cpu()")
+    if dev.type == "cuda" and not numba_cuda.gpu_available():
+        raise TorchDeviceError(f"{op}: got CUDA tensors, but Numba finds no usable GPU; move them "
+                               f"to the CPU with .cpu(), or install the `cuda` extra (numba-cuda)")
+    return dev.type == "cuda"
 
 
 def _static(t: Tensor) -> tuple[Any, ...]:
@@ -220,7 +263,7 @@ def _static(t: Tensor) -> tuple[Any, ...]:
 
 
 def _torch_dtype(d: str) -> torch.dtype:
-    return _TORCH[np.dtype(d if d != "bool" else np.bool_).str]
+    return getattr(torch, d)  # te dtype names are torch's
 
 
-__all__ = ["TorchOp", "TorchOpError", "custom_op"]
+__all__ = ["OpArgumentError", "TorchDeviceError", "TorchOp", "TorchOpError", "custom_op"]
