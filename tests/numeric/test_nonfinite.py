@@ -156,35 +156,54 @@ def test_row_reductions_nonfinite_like_torch(target):
 
 
 @pytest.mark.parametrize("target", ["ref", "cpu"])
-def test_max_min_reduction_nan_routes_to_the_nan(target):
-    """max/min over a NaN is NaN (was a gradient of 0): the gradient goes to the NaN element, as
-    torch's max(dim) and max_pool2d; several NaNs split it like ties."""
+def test_max_min_reduction_nan_gives_a_nan_gradient(target):
+    """max/min over a NaN is NaN, and so is the gradient of its whole row: ties split the
+    gradient, and a NaN equals no element, so each share is 0/0 (torch amax/amin, JAX; issue 28
+    item 16: was routed to the NaN element, [0, 1, 0], as torch's max(dim) that does not split)."""
     a = np.array([[1.0, nan, 3.0], [nan, nan, 1.0], [1.0, 3.0, 3.0], [-inf, -inf, 0.5]], "float32")
     x = te.placeholder(a.shape, "float32", name="x")
     (ymax, ymin), (g,) = _texpr_vjp([R.max(x, 1), R.min(x, 1)], [x], [a], target)
     _same(ymax, [nan, nan, 3.0, 0.5], "max")
     _same(ymin, [nan, nan, 1.0, -inf], "min")
-    want = np.array([[0, 2, 0], [1, 1, 0], [1, 0.5, 0.5], [0.5, 0.5, 1]], "float32")
+    want = np.array([[nan] * 3, [nan] * 3, [1, 0.5, 0.5], [0.5, 0.5, 1]], "float32")
     _same(g, want, "gradient of max + min")
-    tmax = _torch_vjp(lambda t: t[:1].max(1).values, [a])[1][0]
-    _same(g[0], tmax[0] * 2, "single NaN as torch max(dim), counted by max and min")
+    tg = _torch_vjp(lambda t: torch.amax(t, 1) + torch.amin(t, 1), [a])[1][0]
+    _same(g, tg, "as torch amax + amin")
+
+
+def _nan_windows(y: np.ndarray, shape: tuple[int, int], k: int, s: int, p: int) -> np.ndarray:
+    """The input points of the pooling windows whose max `y` is NaN."""
+    mask = np.zeros(shape, bool)
+    for oh, ow in zip(*np.nonzero(np.isnan(y[0, 0]))):
+        mask[max(oh * s - p, 0):oh * s - p + k, max(ow * s - p, 0):ow * s - p + k] = True
+    return mask
 
 
 @pytest.mark.parametrize("target", ["ref", "cpu"])
 def test_max_pool_nan_and_inf_padding(target):
-    """max_pool2d over a NaN routes the gradient to it (torch); -inf padding takes no gradient
-    mass: an all -inf input with 3x3 windows, padding 1, kept 4/9 of a corner window's head."""
+    """max_pool2d over a NaN gives a NaN gradient to its window, the rule of every max reduction
+    (torch's max_pool2d routes it to the NaN element; overlapping windows, stride 1, take the
+    arg-extreme scatter, stride = k the gather: both agree); elsewhere as torch.  -inf padding
+    takes no gradient mass: an all -inf input with 3x3 windows, padding 1, kept 4/9 of a corner
+    window's head."""
     x = te.placeholder((1, 1, 3, 3), "float32", name="x")
     a = np.full((1, 1, 3, 3), -inf, "float32")
     b = np.arange(9, dtype="float32").reshape(1, 1, 3, 3)
     b[0, 0, 1, 1] = nan
-    for arr, (k, s, p) in ((a, (3, 1, 1)), (a, (3, 2, 1)), (b, (2, 1, 0)), (b, (3, 2, 1))):
+    c = b.copy()
+    c[0, 0, 1, 1] = 4.0
+    c[0, 0, 2, 2] = nan
+    for arr, (k, s, p) in ((a, (3, 1, 1)), (a, (3, 2, 1)), (b, (2, 1, 0)), (b, (3, 2, 1)),
+                           (c, (2, 2, 0)), (c, (2, 1, 0))):
         (y,), (g,) = _texpr_vjp([NN.max_pool2d(x, k, s, p)], [x], [arr], target)
         ty, (tg,) = _torch_vjp(lambda t: F.max_pool2d(t, k, s, p), [arr])
         _same(y, ty, f"forward k={k} s={s} p={p}")
-        assert g.sum() == pytest.approx(float(tg.sum())), (k, s, p, g)  # no mass lost
-        if not np.isinf(arr).any():  # no ties: the same routing
-            _same(g, tg, f"gradient k={k} s={s} p={p}")
+        nan_at = _nan_windows(ty, (3, 3), k, s, p)
+        assert np.array_equal(np.isnan(g[0, 0]), nan_at), (k, s, p, g)
+        if not np.isinf(arr).any():  # no ties: the same routing outside the NaN windows
+            _same(g[0, 0][~nan_at], tg[0, 0][~nan_at], f"gradient k={k} s={s} p={p}")
+        else:
+            assert g.sum() == pytest.approx(float(tg.sum())), (k, s, p, g)  # no mass lost
 
 
 def test_reciprocal_of_subnormal_divisor_does_not_overflow():

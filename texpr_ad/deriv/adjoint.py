@@ -293,6 +293,17 @@ def _eye(out: Tensor) -> Tensor:
                       if n else one, name=f"{out.name}_eye")
 
 
+def _heads_by_output(outs: Sequence[Tensor], heads: Sequence[Tensor]) -> dict[Tensor, Tensor]:
+    """Each output's head; an output listed several times (`[y, y]`) gets the sum of its heads,
+    as a tensor read twice gets the sum of its readers' adjoints."""
+    given: dict[Tensor, Tensor] = {}
+    for o, h in zip(outs, heads, strict=True):
+        g = given.get(o)
+        given[o] = h if g is None else te.compute(
+            h.shape, lambda *i, a=g, b=h: a[i] + b[i], name=f"d{o.name}_sum", tag="adjoint")
+    return given
+
+
 def grad(output: Tensor | Sequence[Tensor], inputs: Sequence[Tensor],
          head: Tensor | Sequence[Tensor] | None = None) -> list[Tensor | None]:
     """Adjoints of `output` with respect to each of `inputs`, as te tensors.
@@ -339,7 +350,7 @@ def grad(output: Tensor | Sequence[Tensor], inputs: Sequence[Tensor],
         return depends.get(t, False) and dt.is_float(t.dtype)
 
     builder = _Builder(prefix, prefix_shape)
-    given = {o: h for o, h in zip(outs, heads, strict=True)}
+    given = _heads_by_output(outs, heads)
     adj: dict[Tensor, Tensor] = {}
     pending: dict[Tensor, list[Term]] = {}
     ops: dict[int, list[Tensor]] = {}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import te
+from ..te import dtype as dt
 from ..te import reduce as tr
 from ..te.expr import Call, Const, Expr, IterVar, Reduce, ReduceKind, Var, const
 from ..te.ops import Op
@@ -131,33 +132,40 @@ def _sum(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Linearization:
 
 
 def attains(v: Expr, y: Expr) -> Expr:
-    """`v` is an arg-extreme of the max/min `y` it took part in: `v == y`, or `v` is NaN (then so
-    is `y`: max and min propagate NaN, and the gradient goes to the NaN elements, as PyTorch's
-    max_pool2d and max(dim) route it)."""
-    return v.eq(y) | v.ne(v) if v.dtype.startswith("float") else v.eq(y)
+    """`v` takes part in the max/min `y` of its window: `v == y`, or `y` is NaN (max and min
+    propagate NaN).  A NaN extreme equals no element, so every element's share of it is
+    0 / 0 = NaN (JAX's max, PyTorch's amax): its window is credited with a NaN count
+    (`tie_count`, `ArgExtreme`), and the whole window's gradient is NaN."""
+    return v.eq(y) | y.ne(y) if v.dtype.startswith("float") else v.eq(y)
+
+
+def _nan_if_nan(y: Expr, n: Expr) -> Expr:
+    """`n`, or NaN (`y` itself) where the extreme `y` is NaN: the count of a NaN extreme."""
+    return te.if_then_else(y.eq(y), n, y)
 
 
 def tie_count(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Tensor:
-    """`cnt[i] = sum_r [src(i, r) attains Y[i]]` (+ the init): how many attain the extreme."""
-    src = body.source[0]
-    one, zero = const(1.0, Y.dtype), const(0.0, Y.dtype)
+    """`cnt[i] = sum_r [src(i, r) == Y[i]]` (+ the init): how many attain the extreme; NaN
+    where Y[i] is NaN (`attains`)."""
+    one, zero, y = const(1.0, Y.dtype), const(0.0, Y.dtype), Y[data]
+    start = te.if_then_else(body.init[0].eq(y), one, zero) if body.init else zero
+    n = te.sum(te.if_then_else(body.source[0].eq(y), one, zero), axis=list(body.axis),
+               where=body.condition, init=_nan_if_nan(y, start))  # one stage, no epilogue
+    return _at(Y.shape, n, data, f"{Y.name}_ties")
 
-    def count(*i: IterVar) -> Expr:
-        hit = te.if_then_else(attains(_sub(src, data, i), Y[i]), one, zero)
-        n = te.sum(hit, axis=list(body.axis), where=_sub(body.condition, data, i))
-        if body.init:
-            n = n + te.if_then_else(attains(_sub(body.init[0], data, i), Y[i]), one, zero)
-        return n
 
-    return te.compute(Y.shape, count, name=f"{Y.name}_ties")
+def _at(shape: tuple[Expr, ...], e: Expr, data: tuple[IterVar, ...], name: str) -> Tensor:
+    """`e`, written over the forward stage's axes `data`, as a stage of its own (its reductions'
+    bounds may use `data`: `reduce_axis((offsets[s], offsets[s + 1]))`; `substitute` moves them)."""
+    return te.compute(shape, lambda *i: _sub(e, data, i), name=name)
 
 
 def _extreme(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Linearization:
-    """max/min: the derivative goes to the arg-extremes, init included; ties split it evenly
-    (PyTorch amax, JAX); a NaN result's goes to the NaN elements (`attains`).
+    """max/min: the derivative goes to the arg-extremes, init included; ties split it evenly,
+    and a NaN result's is NaN over its whole window (JAX's max, PyTorch's amax; `attains`).
 
-        cnt[i] = sum_r [src(i, r) == Y[i]] + [init(i) == Y[i]]
-        d Y / d src(i, r) = [src(i, r) == Y[i]] / cnt[i]      d Y / d init(i) = [init(i) == Y[i]] / cnt[i]
+        cnt[i] = sum_r [src(i, r) == Y[i]] + [init(i) == Y[i]]    (NaN where Y[i] is NaN)
+        d Y / d src(i, r) = [src(i, r) attains Y[i]] / cnt[i]     d Y / d init(i) = [init(i) attains Y[i]] / cnt[i]
     """
     cnt, yi = tie_count(body, Y, data)[data], Y[data]
     share: Scale = lambda x: x / cnt  # noqa: E731
@@ -176,7 +184,8 @@ class ArgExtreme:
 
     with M = R(R-1)/2 + 1 > the sum of any distinct lin(r), so the tie count is `code // M`, and
     where it is 1 the arg-extreme is `r = unravel(code - M)`.
-    The convention is `_extreme`'s: ties (rare) still split the cotangent evenly.
+    The convention is `_extreme`'s: ties (rare) still split the cotangent evenly, and a NaN
+    extreme (every element attains it) is tied with a NaN count.
     """
 
     pin: dict[IterVar, Expr]   # each reduce axis at the unique arg-extreme, from code[i]
@@ -217,10 +226,13 @@ def arg_extreme(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> ArgExtrem
         q = te.floordiv(at, const(st, itype)) if st > 1 else at
         q = te.floormod(q, const(ext, itype)) if k > 0 else q
         pin[a] = a.lo + q.astype(a.dtype)
-    count = te.floordiv(c, const(big, itype)).astype(Y.dtype)
-    two = const(2 * big, itype)
-    return ArgExtreme(pin, (c < const(big + size, itype)) & (c >= const(big, itype)), c >= two,
-                      lambda x: x / count)
+    y = Y[data]
+    count = _nan_if_nan(y, te.floordiv(c, const(big, itype)).astype(Y.dtype))
+    unique = (c < const(big + size, itype)) & (c >= const(big, itype))
+    tied = c >= const(2 * big, itype)
+    if dt.is_float(Y.dtype):  # a NaN extreme: the whole window shares it, each share NaN
+        unique, tied = unique & y.eq(y), tied | y.ne(y)
+    return ArgExtreme(pin, unique, tied, lambda x: x / count)
 
 
 def _prod(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Linearization:
@@ -234,23 +246,15 @@ def _prod(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Linearization:
     one, zero = const(1.0, Y.dtype), const(0.0, Y.dtype)
     init = body.init[0] if body.init else None
 
-    def zeros(*i: IterVar) -> Expr:
-        s = _sub(src, data, i)
-        n = te.sum(te.if_then_else(s.eq(zero), one, zero), axis=list(body.axis),
-                   where=_sub(body.condition, data, i))
-        return n if init is None else n + te.if_then_else(_sub(init, data, i).eq(zero), one, zero)
-
-    def nonzero_prod(*i: IterVar) -> Expr:
-        s = _sub(src, data, i)
-        p = te.prod(te.if_then_else(s.eq(zero), one, s), axis=list(body.axis),
-                    where=_sub(body.condition, data, i))
-        if init is None:
-            return p
-        f = _sub(init, data, i)
-        return p * te.if_then_else(f.eq(zero), one, f)
-
-    z = te.compute(Y.shape, zeros, name=f"{Y.name}_zeros")[data]
-    p = te.compute(Y.shape, nonzero_prod, name=f"{Y.name}_nonzero_prod")[data]
+    zeros = te.sum(te.if_then_else(src.eq(zero), one, zero), axis=list(body.axis),
+                   where=body.condition)
+    nonzero_prod = te.prod(te.if_then_else(src.eq(zero), one, src), axis=list(body.axis),
+                           where=body.condition)
+    if init is not None:
+        zeros = zeros + te.if_then_else(init.eq(zero), one, zero)
+        nonzero_prod = nonzero_prod * te.if_then_else(init.eq(zero), one, init)
+    z = _at(Y.shape, zeros, data, f"{Y.name}_zeros")[data]
+    p = _at(Y.shape, nonzero_prod, data, f"{Y.name}_nonzero_prod")[data]
 
     def partial(f: Expr) -> Expr:
         return te.if_then_else(f.eq(zero), te.if_then_else(z.eq(one), p, zero),

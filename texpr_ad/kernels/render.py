@@ -27,13 +27,14 @@ from ..te.bounds import Verdict, dead, dim_verdict, facts, unproven_dims
 from ..te.printer import expr_str
 from ..te.tensor import Tensor
 from ..te.visit import children, walk
-from ..schedule.plan import ComputeStage, Plan, ScatterStage
+from ..schedule.plan import ComputeStage, Plan, ScatterStage, wide_sum
 
 KERNEL_NAME = "texpr_kernel"
 NEST_LIMIT = 24  # deeper subexpressions are bound to locals (Python's parser stops at 200 parens)
 SHARE_MIN = 80  # a repeated subexpression longer than this is bound to a local once
 CHECK_NAME = "_chk"
 ERR_NAME = "err"
+WIDE_ZERO = "0.0"  # a wide sum's float64 accumulator starts here (plan.wide_sum)
 
 
 def check_call(i: str, n: str, site: int) -> str:
@@ -304,21 +305,26 @@ class _Render:
     # -- loops ------------------------------------------------------------------------------
     def range_loop(self, depth: int, a: IterVar, env: dict[Expr, str]) -> None:
         lo, ext = self.expr(a.lo, env), self.expr(a.extent, env)
+        start = None if _is_zero(a.lo) else top(lo)
         match a.extent:
             case Call(op=Op.SUB, args=(hi, lo_)) if lo_.same_as(a.lo):  # extent = hi - lo
-                rng = f"{top(lo)}, {top(self.expr(hi, env))}"
+                start, stop = top(lo), top(self.expr(hi, env))
             case _:
-                rng = top(ext) if _is_zero(a.lo) else f"{top(lo)}, {lo} + {ext}"
+                stop = top(ext) if start is None else f"{lo} + {ext}"
         if self.hoist.get(a):  # reads at `a + c` whose range is read from data: check both ends once
+            ok = self.names.fresh(f"{self.axis(a)}_ok")  # else the loop is empty (the kernel raises
+            self.emit(depth, f"{ok} = True")               # after the stage): no read past the data
             self.emit(depth, f"if {top(ext)} > 0:")
             for r, d, c in self.hoist[a]:
                 n = f"{self.tensor(r.tensor)}.shape[{d}]"
-                first = self.check(f"{lo} + {c}" if c else lo, n, read_site(r, d, self.scope))
-                self.emit(depth + 1, first)
+                i0 = f"{lo} + {c}" if c else lo
+                self.emit(depth + 1, self.check(i0, n, read_site(r, d, self.scope)))
                 last = f"{lo} + {ext} - 1" + (f" + {c}" if c else "")  # same site as `first`
                 self.emit(depth + 1, check_call(last, n, len(self.sites) - 1))
+                self.emit(depth + 1, f"{ok} = {ok} and {i0} >= 0 and {last} < {n}")  # i0 <= last
                 self.hoisted.add((r, d))
-        self.emit(depth, f"for {self.axis(a)} in range({rng}):")
+            stop = f"{stop} if {ok} else {start or 0}"
+        self.emit(depth, f"for {self.axis(a)} in range({stop if start is None else f'{start}, {stop}'}):")
 
     def parallel_head(self, depth: int, var: str, extent: str) -> None:
         for line in self.r.parallel_loop:
@@ -346,12 +352,14 @@ class _Render:
         return depth + 1
 
     def reduction(self, depth: int, groups: list[Reduce], env: dict[Expr, str], stage: str) -> None:
-        """Fold one reduction (all values of a tuple reducer) into local accumulators."""
+        """Fold one reduction (all values of a tuple reducer) into local accumulators; a wide
+        sum (plan.wide_sum) into a float64 one, rounded once after its loops."""
         r = groups[0]
         comb, n = r.combiner, len(r.source)
+        wide = wide_sum(r)
         accs = [self.names.fresh(f"{stage}_acc" if n == 1 else f"{stage}_acc{k}") for k in range(n)]
         for a, ident in zip(accs, comb.identity, strict=True):
-            self.emit(depth, f"{a} = {top(self.expr(ident, {}))}")
+            self.emit(depth, f"{a} = {WIDE_ZERO if wide else top(self.expr(ident, {}))}")
         d = depth
         for ax in r.axis:
             self.range_loop(d, ax, env)
@@ -361,11 +369,19 @@ class _Render:
             d += 1
         srcs = [self.expr(s, env) for s in r.source]
         self.combine(d, comb, accs, srcs, accs, stage)
+        if wide:
+            accs = [self.narrow(depth, r, accs[0], stage)]
         if r.init:
             inits = [self.expr(i, env) for i in r.init]
             self.combine(depth, comb, inits, accs, accs, stage)
         for g in groups:
             env[g] = accs[g.value_index]
+
+    def narrow(self, depth: int, r: Reduce, acc: str, stage: str) -> str:
+        """A wide sum's float64 accumulator `acc` rounded to `r`'s dtype, in a new local."""
+        out = self.names.fresh(f"{stage}_acc")
+        self.emit(depth, f"{out} = np.{r.dtype}({acc})")
+        return out
 
     def combine(self, depth: int, comb: CommReducer, lhs: list[str], rhs: list[str], dest: list[str],
                 stage: str) -> None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
-from ..te.expr import Expr, Read, Reduce
+from ..te.expr import Expr, Read
 from ..te.tensor import Tensor
-from ..te.visit import walk
+from ..te.visit import reads_in, walk
 from .plan import ComputeStage, ScatterStage, Stage
 from .plan import with_cpu as _cpu
 
@@ -93,15 +93,11 @@ def join_stages(stages: list[Stage], overrides: Mapping[str, Mapping[str, Any]])
 
 
 def stage_reads(st: Stage) -> Iterator[Read]:
-    """Every tensor read of a stage, reduction bounds and BLAS operands included."""
-    exprs = st.bodies if isinstance(st, ComputeStage) else [e for u in st.updates for e in u.exprs]
-    for e in exprs:
-        for x in walk(e):
-            if isinstance(x, Read):
-                yield x
-            elif isinstance(x, Reduce):
-                yield from (r for a in x.axis for b in (a.lo, a.extent) for r in walk(b)
-                            if isinstance(r, Read))
+    """Every tensor read of a stage, reduction and scatter-domain bounds and BLAS operands included."""
+    if isinstance(st, ComputeStage):
+        yield from reads_in(st.bodies)
+    else:
+        yield from reads_in([e for u in st.updates for e in u.exprs], st.order)
     if isinstance(st, ComputeStage) and st.cpu.contraction is not None:  # type: ignore[union-attr]
         c = st.cpu.contraction  # type: ignore[union-attr]
         yield from (Read(t, (), t.dtype) for t in (c.a, c.b))

@@ -202,6 +202,8 @@ def _uses(ops: list[ComputeOp | ScatterOp]) -> dict[int, list[_Use]]:
         es = _exprs(op)
         relevant = _reads_stage(es)
         stack = [(e, False, False) for e in reversed(es)]
+        if isinstance(op, ScatterOp):  # a ragged domain (`k < L[i]`) reads L in its bounds
+            stack += [(b, True, True) for ax in reversed(op.axis) for b in (ax.extent, ax.lo)]
         while stack:  # preorder, as a recursive walk would visit
             e, under, bound = stack.pop()
             if not relevant.get(id(e), True):  # reduce-axis bounds are not walked

@@ -136,16 +136,9 @@ def rebuilt(d: Decision, mapping: dict[Tensor, Tensor]) -> Tensor:
 
 
 def _forward_reads(t: Tensor, fwd: set[int]) -> list[Tensor]:
-    """Computed forward tensors that the stage of `t` reads directly (once each, in order)."""
-    op = t.op
-    exprs = op.body if isinstance(op, ComputeOp) else op.exprs if isinstance(op, ScatterOp) else ()
-    seen: dict[int, Tensor] = {}
-    for e in exprs:
-        for x in walk(e):
-            if isinstance(x, Read) and id(x.tensor) in fwd and not isinstance(
-                    x.tensor.op, PlaceholderOp):
-                seen.setdefault(id(x.tensor), x.tensor)
-    return list(seen.values())
+    """Computed forward tensors that the stage of `t` reads directly (once each, in order; in
+    reduce-axis and scatter-domain bounds too)."""
+    return [x for x in t.op.inputs if id(x) in fwd and not isinstance(x.op, PlaceholderOp)]
 
 
 def _head_free(adjoints: Sequence[Tensor], heads: Sequence[Tensor], fwd: set[int]) -> set[int]:

@@ -52,9 +52,9 @@ def replace_inputs(outputs: Iterable[Tensor], mapping: Mapping[Tensor, Tensor]) 
         x2 = te.placeholder(x.shape, x.dtype, "x2")
         (y2,) = replace_inputs([y], {x: x2})   # y2 computes y from x2
     """
-    from .expr import Expr, Read
+    from .expr import Expr, Read, Reduce
     from .tensor import ComputeOp, ScatterOp
-    from .visit import transform
+    from .visit import rebind_bounds, substitute, transform
 
     new: dict[Tensor, Tensor] = {}
     for old, img in mapping.items():
@@ -67,6 +67,8 @@ def replace_inputs(outputs: Iterable[Tensor], mapping: Mapping[Tensor, Tensor]) 
     def fn(x: Expr) -> Expr | None:
         if isinstance(x, Read) and x.tensor in new:
             return Read(new[x.tensor], x.indices, x.dtype)
+        if isinstance(x, Reduce):  # reads in its axes' bounds (`reduce_axis((0, L[i]))`)
+            return rebind_bounds(x, lambda b, axes: substitute(transform(b, fn), axes))
         return None
 
     for t in topo_order(outputs):
@@ -82,7 +84,7 @@ def replace_inputs(outputs: Iterable[Tensor], mapping: Mapping[Tensor, Tensor]) 
                                                tuple(transform(b, fn) for b in op.body),
                                                op.tag, dict(op.attrs))
                 case ScatterOp():
-                    clones[id(op)] = op.map(lambda e: transform(e, fn))
+                    clones[id(op)] = _clone_scatter(op, lambda e: transform(e, fn))
                 case _:
                     raise TypeError(f"replace_inputs: cannot clone stage {t.name!r} "
                                     f"({type(op).__name__})")
@@ -91,6 +93,22 @@ def replace_inputs(outputs: Iterable[Tensor], mapping: Mapping[Tensor, Tensor]) 
             images[key] = Tensor(clones[id(op)], t.value_index, t.shape, t.dtype)
         new[t] = images[key]
     return [new.get(t, t) for t in outputs]
+
+
+def _clone_scatter(op: Any, fn: Any) -> Any:
+    """The scatter `op` with `fn` applied to its updates and to its domain's bounds (new axes
+    where a bound changes: a ragged domain `k < L[i]` reading a replaced L)."""
+    from .expr import IterVar
+    from .tensor import ScatterOp
+    from .visit import substitute
+    moved: dict[Any, Any] = {}
+    for a in op.axis:
+        lo, ext = (substitute(fn(b), moved) for b in (a.lo, a.extent))
+        if lo is not a.lo or ext is not a.extent:
+            moved[a] = IterVar(a.name, lo, ext, a.kind)
+    out = op.map(lambda e: substitute(fn(e), moved))
+    axes = tuple(moved.get(a, a) for a in op.axis)
+    return out if not moved else ScatterOp.of(out.name, out.shape, out.dtype, axes, out.updates)
 
 
 def _check_replacement(old: Tensor, img: Tensor) -> None:
@@ -151,9 +169,9 @@ def _canonical(axes: Any, body: Any) -> tuple:
     axes renamed by position and reduction axes by order, the reduction axes' bounds (the
     printed body names an axis, not its range), and the identities of the tensors read
     (printed names can collide)."""
-    from .expr import IterVar, Read, Reduce
+    from .expr import IterVar, Reduce
     from .printer import expr_str
-    from .visit import substitute, transform, walk
+    from .visit import reads_in, substitute, transform, walk
 
     n = [0]
 
@@ -176,4 +194,4 @@ def _canonical(axes: Any, body: Any) -> tuple:
     bounds = tuple((a.name, expr_str(a.lo), expr_str(a.extent))
                    for x in walk(canon) if isinstance(x, Reduce) for a in x.axis)
     return (expr_str(canon), tuple(expr_str(a.extent) for a in axes), bounds,
-            tuple(id(x.tensor) for x in walk(canon) if isinstance(x, Read)))
+            tuple(id(x.tensor) for x in reads_in([canon])))

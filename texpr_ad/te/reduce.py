@@ -21,6 +21,11 @@ def min_value(dtype: str) -> Expr:
     return const(float("-inf") if dt.is_float(d) else int(np.iinfo(d).min) if d != "bool" else False, d)
 
 
+# where a two-value form exists: how to write it instead
+_ELEMENTWISE = {n: f" (the elementwise {n} of two values is te.{n}(a, b), without axis=)"
+                for n in ("max", "min")}
+
+
 def _axes(axis: Any, name: str) -> tuple[IterVar, ...]:
     from .tensor import TensorError
     axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
@@ -30,10 +35,11 @@ def _axes(axis: Any, name: str) -> tuple[IterVar, ...]:
     for a in axes:
         if isinstance(a, IterVar) and a.kind != "reduce":
             raise TensorError(f"te.{name}: axis {a.name!r} is a data axis of the compute (a lambda "
-                              f"argument), not a reduction axis; reduce over a te.reduce_axis")
+                              f"argument), not a reduction axis; reduce over a te.reduce_axis"
+                              + _ELEMENTWISE.get(name, ""))
         if not isinstance(a, IterVar):
             raise TensorError(f"te.{name}: axis= must be reduce axes made with te.reduce_axis, "
-                              f"got `{a}`")
+                              f"got `{a}`" + _ELEMENTWISE.get(name, ""))
     return axes
 
 
@@ -82,8 +88,18 @@ class Reducer:
             parts.append(tuple(as_expr(r, d).astype(d) for r, d in zip(got, dtypes, strict=True)))
         return CommReducer(self.kind, lhs, rhs, parts[0], parts[1], self.name)
 
-    def __call__(self, expr: Any, axis: Any = None, where: Any = None, init: Any = None,
-                 *args: Any) -> Any:
+    def __call__(self, expr: Any, b: Any = None, /, where: Any = None, init: Any = None,
+                 *args: Any, axis: Any = None) -> Any:
+        """`r(expr, axis=k, where=cond, init=x)` reduces over reduce axes k (`r(expr, k)` too);
+        `r(a, b)` combines two values.  A keyword `axis=` always reduces, so a data axis or an
+        expression there is an error, not the elementwise form."""
+        if axis is not None:
+            if b is not None:
+                from .tensor import TensorError
+                raise TensorError(f"te.{self.name}: got both a second operand and axis=; pass the "
+                                  f"reduce axes once")
+            _axes(axis, self.name)
+        axis = b if axis is None else axis
         if isinstance(axis, (list, tuple)) or (isinstance(axis, IterVar) and (
                 axis.kind == "reduce" or self.kind not in (ReduceKind.MAX, ReduceKind.MIN))):
             _axes(axis, self.name)  # a reduction; te.max(x, i) / te.min stay elementwise

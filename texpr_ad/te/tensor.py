@@ -15,7 +15,7 @@ from . import dtype as dt
 from .expr import Call, Const, Expr, IterVar, Read, Reduce, Var, as_expr, const, next_uid
 from .bounds import Verdict, bound, guarded_reads, read_verdicts
 from .ops import Op
-from .visit import children, free_vars, substitute, transform, walk
+from .visit import children, free_vars, reads_in, substitute, transform, walk
 
 
 class TensorError(TexprError, ValueError):
@@ -60,12 +60,8 @@ class ComputeOp:
 
     @property
     def inputs(self) -> list[Tensor]:
-        seen: dict[int, Tensor] = {}
-        for b in self.body:
-            for x in walk(b):
-                if isinstance(x, Read):
-                    seen.setdefault(id(x.tensor), x.tensor)
-        return list(seen.values())
+        """The tensors the stage reads (in reduce-axis bounds too), once each, in first-read order."""
+        return list({id(x.tensor): x.tensor for x in reads_in(self.body)}.values())
 
 
 @dataclass(frozen=True)
@@ -111,12 +107,8 @@ class ScatterOp:
 
     @property
     def inputs(self) -> list[Tensor]:
-        seen: dict[int, Tensor] = {}
-        for e in self.exprs:
-            for x in walk(e):
-                if isinstance(x, Read):
-                    seen.setdefault(id(x.tensor), x.tensor)
-        return list(seen.values())
+        """The tensors the stage reads (in its domain's bounds too), once each, in first-read order."""
+        return list({id(x.tensor): x.tensor for x in reads_in(self.exprs, self.axis)}.values())
 
     @classmethod
     def of(cls, name: str, shape: tuple[Expr, ...], dtype: str, axis: tuple[IterVar, ...],
@@ -238,9 +230,10 @@ def reduce_axis(dom: tuple[Any, Any], name: str = "rv") -> IterVar:
     if isinstance(lo, Const) and isinstance(hi, Const) and hi.value < lo.value:
         raise TensorError(f"te.reduce_axis {name!r}: range ({lo.value}, {hi.value}) ends before it "
                           f"starts; write (lo, hi) with lo <= hi")
-    ext = hi - lo if not (isinstance(lo, Const) and lo.value == 0) else hi
-    if isinstance(ext, Expr) and all(isinstance(c, Const) for c in children(ext)) and children(ext):
-        ext = const(int(hi.value) - int(lo.value))  # type: ignore[attr-defined]
+    if isinstance(lo, Const) and isinstance(hi, Const):
+        ext = const(int(hi.value) - int(lo.value))
+    else:  # symbolic or read from data (`L[i]`, `L[0]`)
+        ext = hi if isinstance(lo, Const) and lo.value == 0 else hi - lo
     return IterVar(name, lo, ext, "reduce")
 
 

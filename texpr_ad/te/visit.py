@@ -1,7 +1,7 @@
 """Generic traversal of expressions: children, rebuild, bottom-up rewrite, substitution."""
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from .expr import Call, Expr, IterVar, Read, Reduce, Var
 
@@ -70,12 +70,17 @@ def substitute(e: Expr, mapping: dict[Expr, Expr]) -> Expr:
 
 
 def _rebind_axes(red: Reduce, mapping: dict[Expr, Expr]) -> Reduce | None:
-    """New reduce axes when `mapping` changes their bounds (the body already has `mapping` applied).
-    An axis whose bounds use an earlier axis of the same reduction reads the rebuilt one."""
+    """New reduce axes when `mapping` changes their bounds (the body already has `mapping` applied)."""
+    return rebind_bounds(red, lambda b, amap: substitute(b, {**mapping, **amap}))
+
+
+def rebind_bounds(red: Reduce, fn: Callable[[Expr, dict[Expr, Expr]], Expr]) -> Reduce | None:
+    """`red` over new axes whose bounds are `fn(bound, rebuilt)` (None when no bound changes);
+    `rebuilt` maps the earlier axes of the same reduction to their new selves, for an axis
+    whose bounds use an earlier one."""
     amap: dict[Expr, Expr] = {}
     for a in red.axis:
-        m = {**mapping, **amap}
-        amap[a] = IterVar(a.name, substitute(a.lo, m), substitute(a.extent, m), a.kind)
+        amap[a] = IterVar(a.name, fn(a.lo, amap), fn(a.extent, amap), a.kind)
     axes = tuple(amap[a] for a in red.axis)  # type: ignore[misc]
     if all(n.lo is a.lo and n.extent is a.extent for n, a in zip(axes, red.axis, strict=True)):
         return None
@@ -120,6 +125,18 @@ def free_vars(e: Expr) -> list[Var | IterVar]:
 
 def reads(e: Expr) -> list[Read]:
     return [x for x in walk(e) if isinstance(x, Read)]
+
+
+def reads_in(exprs: Iterable[Expr], axes: Iterable[IterVar] = ()) -> Iterator[Read]:
+    """Every read that evaluating `exprs` over `axes` does, those in the bounds of `axes` and of
+    the reductions' axes included (`reduce_axis((0, L[i]))` reads L); `walk` sees the bodies only."""
+    todo = [*exprs, *(b for a in axes for b in (a.lo, a.extent))]
+    while todo:
+        for x in walk(todo.pop(0)):
+            if isinstance(x, Read):
+                yield x
+            elif isinstance(x, Reduce):
+                todo += [b for a in x.axis for b in (a.lo, a.extent)]
 
 
 def bounds_depend_on_axes(axis: IterVar) -> bool:
