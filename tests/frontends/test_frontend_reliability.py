@@ -64,6 +64,17 @@ def test_vjp_of_an_op_with_an_integer_output_differentiates_the_float_ones():
     assert outs[0].dtype == np.bool_ and bwd(res, np.ones(3, bool)) == (None,)
 
 
+def test_reference_evaluator_on_an_empty_output_with_a_reduction():
+    """Found by the front-end fuzz (its reference is te.evaluate): a 0-row matmul raised
+    ValueError 'cannot reshape array of size 0' where the kernels return an empty array."""
+    A = te.placeholder((0, 4), "float64", name="A")
+    W = te.placeholder((4, 2), "float64", name="W")
+    k = te.reduce_axis((0, 4), name="k")
+    Y = te.compute((0, 2), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), name="Y")
+    (y,) = te.evaluate([Y], {A: np.zeros((0, 4)), W: np.ones((4, 2))})
+    assert y.shape == (0, 2) and y.dtype == np.float64
+
+
 # -- PyTorch ------------------------------------------------------------------------------------
 
 class _Stand:

@@ -316,7 +316,8 @@ def _compute(op: ComputeOp, cx_values: dict[int, np.ndarray], vars_env: dict[Exp
         for b in op.body:
             v = np.asarray(_eval(b, cx, None))
             v = np.broadcast_to(v, np.broadcast_shapes(v.shape, (1,) * rank))
-            v = v.reshape(v.shape[:d] + (-1,))[..., 0] if rank > d else v
+            # the reduced axes are size 1 here (-1 would be ambiguous on an empty output)
+            v = v.reshape(v.shape[:d] + (math.prod(v.shape[d:]),))[..., 0] if rank > d else v
             outs.append(np.broadcast_to(v, shape).astype(b.dtype).copy())
     return outs
 
