@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from ..te import dtype as dt
+from . import own_te
+from .args import as_list
 from .grad import BridgeError, derive, emit_gradient
 from .relax_capture import NotDerivable, capture
 from .relax_samples import INFRASTRUCTURE, INFRASTRUCTURE_PREFIXES, NO_GRAD_ARGS, NO_SAMPLE, \
@@ -91,6 +93,10 @@ def classify(op: str) -> OpClass:
     stock = has_gradient(op)
     if op in PASS_NATIVE:
         return OpClass(op, "native", stock, PASS_NATIVE[op])
+    if op in own_te.OWN_TE:
+        return OpClass(op, "stock" if stock else "derivable", stock, own_te.REASON)
+    if op in own_te.NO_GRAD:
+        return OpClass(op, "stock" if stock else "no-grad", stock, own_te.NO_GRAD[op])
     if op in NOT_TE:
         return OpClass(op, "stock" if stock else "not-derivable", stock, NOT_TE[op])
     if op in NO_GRAD_OPS:
@@ -123,20 +129,24 @@ def derived_gradient(orig_var: Any, orig_call: Any, output_grad: Any, ctx: Any) 
     from .from_tvm import from_tvm
     from .to_tvm import TranslationError
     op = str(orig_call.op.name)
-    cap = capture(orig_call)
+    own = own_te.build(orig_call, orig_var, ctx.emit) if op in own_te.OWN_TE else None
+    cap = capture(orig_call) if own is None else None
+    sources = own.values if own is not None else cap.values
     args = list(orig_call.args)
-    values = [ctx.emit(v) if isinstance(v, relax.TupleGetItem) else v for v in cap.values]
-    position = [_arg_position(v, args) for v in cap.values]
+    values = [ctx.emit(v) if isinstance(v, relax.TupleGetItem) else v for v in sources]
+    position = [_arg_position(v, args) for v in sources]
     skip = NO_GRAD_ARGS.get(op, frozenset())
     no_grad_inputs = [k for k, p in enumerate(position) if p is None or p[0] in skip]
-    try:
-        res = from_tvm(cap.outputs, placeholders=cap.inputs)
-    except TranslationError as e:
-        raise BridgeError(f"{op}: translating its te legalization failed: {e}") from e
-    phs = list(res.inputs)
-    outs = list(res.outputs)
-    var_map = _shape_vars(values, res.vars)
-    outs, heads, grads = derive(lambda *_: outs if cap.multi else outs[0], op, phs, {},
+    if own is not None:
+        phs, outs, var_map, multi = own.inputs, own.outputs, own.var_map, own.multi
+    else:
+        try:
+            res = from_tvm(cap.outputs, placeholders=cap.inputs)
+        except TranslationError as e:
+            raise BridgeError(f"{op}: translating its te legalization failed: {e}") from e
+        phs, outs, multi = list(res.inputs), list(res.outputs), cap.multi
+        var_map = _shape_vars(values, res.vars)
+    outs, heads, grads = derive(lambda *_: outs if multi else outs[0], op, phs, {},
                                 no_grad_inputs)
     gv = emit_gradient(ctx, op, values, phs, var_map, outs, heads, grads, orig_var, output_grad)
     many = isinstance(gv.ty, relax.TupleType)  # emit_te gives a plain tensor for one input
@@ -218,9 +228,10 @@ class Summary:
         return "\n".join(lines)
 
 
-def register_missing_gradients(ops: Iterable[str] | None = None,
+def register_missing_gradients(ops: str | Iterable[str] | None = None,
                                override: bool = False) -> Summary:
-    """Register an `FPrimalGradient` for every Relax tensor op that has none (or only `ops`).
+    """Register an `FPrimalGradient` for every Relax tensor op that has none (or only `ops`:
+    op names, or one).
 
     Ops whose legalization is pure te get a derived gradient; integer/bool-output ops and
     `relax.grad.no_grad` get a no-grad one; the others (extern, packed functions, no
@@ -228,7 +239,9 @@ def register_missing_gradients(ops: Iterable[str] | None = None,
     the hand-written gradients (at a higher level).  Calling it again is harmless.
     """
     import tvm
-    names = tensor_ops() if ops is None else list(ops)
+    names = tensor_ops() if ops is None else as_list(
+        ops, "register_missing_gradients(ops=)", lambda v: isinstance(v, str),
+        "Relax op name like 'relax.nn.gelu'")
     known = set(relax_op_names())
     summary = Summary()
     for op in names:
@@ -252,12 +265,13 @@ def register_missing_gradients(ops: Iterable[str] | None = None,
             tvm.ir.Op.get(op).reset_attr("FPrimalGradient")
             tvm.ir.register_op_attr(op, "FPrimalGradient", fn, level=LEVEL_MISSING)
         _REGISTERED[op] = fn
+        own_te.register_legalizations([op])  # ops TVM 0.27 cannot even compile
         (summary.registered if fn is derived_gradient else summary.no_grad).append(op)
     return summary
 
 
 def _kind_without_stock(c: OpClass) -> str:
-    if c.reason == "pure te":
+    if c.reason in ("pure te", own_te.REASON):
         return "derivable"
     if c.reason in ("integer/bool output", "gradient marker"):
         return "no-grad"

@@ -134,7 +134,7 @@ def _samples() -> dict[str, Sample]:
         "relax.left_shift": _s("left_shift", i(3, 4, hi=9), i(3, 4, hi=3)),
         "relax.right_shift": _s("right_shift", i(3, 4, hi=99), i(3, 4, hi=3)),
         "relax.astype": _s("astype", f(3, 4), attrs={"dtype": "float64"}, **F32),
-        "relax.wrap_param": _s("wrap_param", f(3, 4), attrs={"dtype": "float32"}),
+        "relax.wrap_param": _s("wrap_param", f(3, 4), attrs={"dtype": "float64"}, **F32),
         # creation
         "relax.full": Sample(lambda v: _op("full")((2, 3), v), (f(),)),
         "relax.full_like": _s("full_like", f(2, 3), f()),
@@ -208,8 +208,6 @@ def _samples() -> dict[str, Sample]:
         "relax.sort": _s("sort", f(3, 4)),
         "relax.argsort": _s("argsort", f(3, 4)),
         "relax.topk": _s("topk", f(3, 4), attrs={"k": 2}),
-        "relax.unique": _s("unique", f(6)),
-        "relax.nonzero": _s("nonzero", f(3, 4)),
         # nn
         "relax.nn.softmax": _s("nn.softmax", f(3, 4)),
         "relax.nn.log_softmax": _s("nn.log_softmax", f(3, 4)),
@@ -267,6 +265,9 @@ def _samples() -> dict[str, Sample]:
         "relax.vision.multibox_transform_loc": _s("vision.multibox_transform_loc", f(1, 3, 4),
                                                   f(1, 16), f(1, 4, 4, lo=0.1, hi=0.9)),
         "relax.vision.get_valid_counts": _s("vision.get_valid_counts", f(1, 4, 6)),
+        "relax.vision.non_max_suppression": _s(
+            "vision.non_max_suppression", f(1, 4, 6, lo=0, hi=1), i(1, lo=4, hi=5, dtype="int32"),
+            Arg((1, 4), "int32", values=(0, 1, 2, 3)), attrs={"return_indices": False}, **F32),
         "relax.quantize": _s("quantize", f(3, 4), f(), i(hi=1, dtype="int8"),
                              attrs={"axis": 0}, **F32),
         "relax.dequantize": _s("dequantize", i(3, 4, hi=9, dtype="int8"), f(), i(hi=1, dtype="int8"),
@@ -307,6 +308,36 @@ VARIANTS: dict[str, Sample] = {
         "pool_size": 3, "strides": 2, "padding": 1, "dilation": 2}),
     "relax.nn.avg_pool2d[dilated]": _s("nn.avg_pool2d", f(1, 2, 7, 7), attrs={
         "pool_size": 3, "strides": 2, "padding": 1, "dilation": 2}),
+    # the ops texpr_ad defines itself (own_te.py): each path of a definition
+    "relax.cumsum[exclusive]": _s("cumsum", f(3, 4), attrs={"axis": 1, "exclusive": True}),
+    "relax.cumsum[flattened]": _s("cumsum", f(3, 4)),
+    "relax.cumprod[exclusive, zeros]": _s("cumprod", Arg((3, 4), F, values=(
+        0.5, 0, -1.5, 2, 0, 0, 1.25, -0.5, 1.5, -2, 0, 0.75)), attrs={"axis": 1, "exclusive": True}),
+    "relax.sort[descending]": _s("sort", f(3, 4), attrs={"axis": 0, "descending": True}),
+    "relax.topk[values, smallest]": _s("topk", f(3, 5), attrs={
+        "k": 2, "axis": 0, "ret_type": "values", "largest": False}),
+    "relax.median[all]": _s("median", f(3, 4)),
+    "relax.median[keepdims]": _s("median", f(3, 4), attrs={"axis": 0, "keepdims": True}),
+    "relax.scatter_elements[duplicates]": _s(
+        "scatter_elements", f(3, 4), Arg((3, 3), "int64", values=(1, 1, -1, 0, 2, 0, 3, 3, 3)),
+        f(3, 3), attrs={"axis": 1}),
+    "relax.scatter_elements[add]": _s("scatter_elements", f(3, 4), Arg((3, 2), "int64", values=(
+        1, 1, 0, -2, 3, 3)), f(3, 2), attrs={"axis": 1, "reduction": "add"}),
+    "relax.scatter_nd[add, duplicates]": _s("scatter_nd", f(4, 5), Arg((3, 2), "int64", values=(
+        0, 2, 3, 1, 0, 2)), f(3), attrs={"reduction": "add"}),
+    "relax.scatter_nd[duplicates]": _s("scatter_nd", f(4, 5), Arg((3, 1), "int64", values=(
+        2, 0, 2)), f(3, 5)),
+    "relax.index_put[accumulate, broadcast]": Sample(lambda x, k, j, v: _op("index_put")(
+        x, _r().Tuple([k, j]), v, accumulate=True), (
+        f(4, 5), Arg((3, 1), "int64", values=(1, -1, 1)), Arg((2,), "int64", values=(0, 4)),
+        f(3, 2))),
+    "relax.index_put[duplicates]": Sample(lambda x, k, j, v: _op("index_put")(
+        x, _r().Tuple([k, j]), v), (f(4, 5), Arg((3,), "int64", values=(1, 2, 1)),
+                                   Arg((3,), "int64", values=(3, 0, 3)), f(3))),
+    "relax.grad.take_backward[flattened]": _s("grad.take_backward", f(3), f(3, 5),
+                                              Arg((3,), "int64", values=(4, 11, 4))),
+    "relax.layout_transform[padded]": _s("layout_transform", f(2, 6), attrs={
+        "index_map": lambda a, c: (c // 4, a, c % 4), "pad_value": 0.5}),
 }
 
 
@@ -335,8 +366,12 @@ NO_SAMPLE: dict[str, str] = {
     "relax.ccl.allreduce": "packed function (collective communication)",
     "relax.ccl.broadcast_from_worker0": "packed function (collective communication)",
     "relax.ccl.scatter_from_worker0": "packed function (collective communication)",
-    "relax.vision.non_max_suppression": "te + extern (sorting) in its legalization",
-    "relax.vision.all_class_non_max_suppression": "te + extern (sorting) in its legalization",
+    "relax.vision.all_class_non_max_suppression": "its legalized output has a data-dependent "
+                                                  "shape, unlike its declared type",
+    "relax.nonzero": "data-dependent output shape: TVM 0.27's Gradient pass cannot "
+                     "differentiate past it (sum's gradient needs the shape, MatchCast aborts)",
+    "relax.unique": "data-dependent output shape: TVM 0.27's Gradient pass cannot "
+                    "differentiate past it (sum's gradient needs the shape, MatchCast aborts)",
     "relax.nn.attention_var_len": "its legalization fails in TVM 0.27",
 }
 
@@ -366,6 +401,8 @@ ZERO_GRADIENT = frozenset({"relax.grad.no_grad"})
 
 # Defects of TVM's hand-written gradients the derived ones do not reproduce.
 TVM_DEFECTS: dict[str, str] = {
+    "relax.cumsum[exclusive]": "TVM's gradient is the inclusive one's (a reverse inclusive cumsum "
+                               "of dy); derived: sum_{i > k} dy[i]",
     "relax.triu": "TVM's gradient lists one partial for two arguments (x, k): the pass aborts "
                   "('partials number != inputs number'); derived: [dx, no_grad(k)]",
 }
