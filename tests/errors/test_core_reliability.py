@@ -184,37 +184,44 @@ def test_ragged_reduce_torch_and_jax_ops():
 
 
 def _segments(x, offsets):
-    """Y[s] = sum_{offsets[s] <= k < offsets[s + 1]} sin(X[k]), and the max over the segment."""
+    """The sum, max and product of sin(X[k]) over each segment offsets[s] <= k < offsets[s + 1]
+    (the max's tie count and the product's partials are reductions over the same ranges)."""
     def seg(s, red):
         k = te.reduce_axis((offsets[s], offsets[s + 1]), name="k")
         return red(te.sin(x[k]), axis=k)
     n = offsets.shape[0] - 1
-    return [te.compute((n,), lambda s: seg(s, te.sum), name="S"),
-            te.compute((n,), lambda s: seg(s, te.max), name="M")]
+    return [te.compute((n,), lambda s: seg(s, red), name=name)
+            for red, name in ((te.sum, "S"), (te.max, "M"), (te.prod, "P"))]
 
 
-def _segments_ref(x, off, hs, hm):
+X10 = np.linspace(0.1, 3.0, 10)
+HEADS3 = [np.array([1.0, 2.0, 3.0]), np.array([0.5, -1.0, 2.0]), np.array([-1.0, 0.5, 1.5])]
+
+
+def _segments_ref(x, off, hs, hm, hp):
     sx = np.sin(x)
     g = np.zeros_like(x)
     for s in range(len(off) - 1):
         a, b = off[s], off[s + 1]
-        g[a:b] += hs[s] * np.cos(x[a:b])
+        g[a:b] += (hs[s] + hp[s] * np.prod(sx[a:b]) / sx[a:b]) * np.cos(x[a:b])
         if b > a:
             g[a + np.argmax(sx[a:b])] += hm[s] * np.cos(x[a + np.argmax(sx[a:b])])
     return g
 
 
 def test_offsets_read_in_reduce_bounds_against_numpy():
-    """`reduce_axis((offsets[s], offsets[s + 1]))` as the README writes it: a sum and a max."""
+    """`reduce_axis((offsets[s], offsets[s + 1]))` as the README writes it: a sum, a max and a
+    product (the max's tie count and the product's partials dropped the segment's offsets from
+    their bounds: `name 's' is not defined`, even through ta.grad + ta.build)."""
     X = te.placeholder((10,), "float64", name="X")
     Off = te.placeholder((4,), "int32", name="offsets")
-    x, off = np.linspace(0.0, 3.0, 10), np.array([0, 3, 3, 9], np.int32)
-    hs, hm = np.array([1.0, 2.0, 3.0]), np.array([0.5, -1.0, 2.0])
+    off = np.array([0, 3, 3, 9], np.int32)
     fwd, bwd = ta.vjp(_segments(X, Off), [X, Off])
-    (s, m), res = fwd(x, off)
-    np.testing.assert_allclose(s, [np.sin(x[a:b]).sum() for a, b in zip(off, off[1:])], rtol=1e-12)
-    gx, _ = bwd(res, hs, hm)
-    np.testing.assert_allclose(gx, _segments_ref(x, off, hs, hm), rtol=1e-12)
+    (s, m, p), res = fwd(X10, off)
+    np.testing.assert_allclose(s, [np.sin(X10[a:b]).sum() for a, b in zip(off, off[1:])], rtol=1e-12)
+    np.testing.assert_allclose(p, [np.sin(X10[a:b]).prod() for a, b in zip(off, off[1:])], rtol=1e-12)
+    gx, _ = bwd(res, *HEADS3)
+    np.testing.assert_allclose(gx, _segments_ref(X10, off, *HEADS3), rtol=1e-12)
 
 
 def test_offsets_computed_by_a_stage_are_part_of_the_dag():
@@ -226,17 +233,37 @@ def test_offsets_computed_by_a_stage_are_part_of_the_dag():
     j = te.reduce_axis((0, 3), name="j")
     Off = te.compute((4,), lambda s: te.sum(te.if_then_else(j < s, lens[j], 0), axis=j), name="Off")
     outs = _segments(X, Off)
-    assert [t.name for t in te.topo_order(outs)] == ["X", "lens", "Off", "S", "M"]
-    x, ln = np.linspace(0.0, 3.0, 10), np.array([3, 0, 5], np.int32)
+    assert [t.name for t in te.topo_order(outs)] == ["X", "lens", "Off", "S", "M", "P"]
+    ln = np.array([3, 0, 5], np.int32)
     off = np.concatenate([[0], np.cumsum(ln)]).astype(np.int32)
-    hs, hm = np.array([1.0, 2.0, 3.0]), np.array([0.5, -1.0, 2.0])
-    want = _segments_ref(x, off, hs, hm)
+    want_s = [np.sin(X10[a:b]).sum() for a, b in zip(off, off[1:])]
+    np.testing.assert_allclose(te.evaluate(outs[:1], {X: X10, lens: ln})[0], want_s)  # KeyError
+    want = _segments_ref(X10, off, *HEADS3)
     for save, reads in (("auto", "saved Off"), ("none", "input lens")):
         vjp = ta.vjp(outs, [X, lens], save=save)
-        (s, m), res = vjp.forward(x, ln)
-        np.testing.assert_allclose(s, [np.sin(x[a:b]).sum() for a, b in zip(off, off[1:])])
+        (s, m, p), res = vjp.forward(X10, ln)
+        np.testing.assert_allclose(s, want_s)
         assert reads in res.names, (save, res.names)
-        np.testing.assert_allclose(vjp.backward(res, hs, hm)[0], want, rtol=1e-12)
+        np.testing.assert_allclose(vjp.backward(res, *HEADS3)[0], want, rtol=1e-12)
+
+
+def test_cse_tells_apart_bounds_reading_tensors_of_one_name():
+    """Two segment sums over offsets tensors both named "off": one stage each, not merged."""
+    V = te.placeholder((10,), "float64", name="V")
+    O1, O2 = (te.placeholder((4,), "int32", name="off") for _ in range(2))
+
+    def segsum(O):
+        def seg(s):
+            k = te.reduce_axis((O[s], O[s + 1]), name="k")
+            return te.sum(V[k], axis=k)
+        return te.compute((3,), seg, name="seg")
+
+    a, b = segsum(O1), segsum(O2)
+    (Z,) = te.dag.cse([te.compute((3,), lambda s: a[s] + b[s], name="Z")])
+    assert sum(t.name == "seg" for t in te.topo_order([Z])) == 2
+    o1, o2 = np.array([0, 1, 2, 3], np.int32), np.array([0, 5, 7, 10], np.int32)
+    got = te.evaluate([Z], {V: np.arange(10.0), O1: o1, O2: o2})[0]
+    np.testing.assert_allclose(got, [0 + 10, 1 + 11, 2 + 24])
 
 
 def test_dag_utilities_see_reads_in_bounds():
@@ -294,6 +321,14 @@ def test_axis_keyword_errors_name_the_elementwise_form_and_tuple_reducers():
     k = te.reduce_axis((0, 5), name="k")
     with pytest.raises(te.TensorError, match="te.max: got both a second operand and axis="):
         te.compute((4,), lambda i: te.max(_X45[i, 0], _X45[i, 1], axis=k))
+
+
+def test_elementwise_form_refuses_where_and_init():
+    """te.max(x, j, init=0.0) was the elementwise max(x, j), its init dropped in silence."""
+    with pytest.raises(te.TensorError, match="te.max: axis 'j' is a data axis"):
+        te.compute((4, 5), lambda i, j: te.max(_X45[i, j], j, init=0.0))
+    with pytest.raises(te.TensorError, match="te.min: axis 'j' is a data axis"):
+        te.compute((4, 5), lambda i, j: te.min(_X45[i, j], j, j > 0))
 
 
 def test_positional_forms_are_unchanged():
@@ -392,6 +427,10 @@ OUT_OF_RANGE = textwrap.dedent("""
     def window(i):
         k = te.reduce_axis((L[i], L[i] + 2), name="k")
         return te.sum(X[i, k], axis=k)
+    def strided(i):
+        k = te.reduce_axis((0, L[i]), name="k")
+        return te.sum(X[i, 2 * k], axis=k)
+    Z = te.compute((3,), strided, name="Z")
     Y, M, F, W = (te.compute((3,), f, name=n) for f, n in (
         (rows, "Y"), (rows_max, "M"), (first, "F"), (window, "W")))
     S = te.compute((3,), segs, name="S")
@@ -407,6 +446,7 @@ OUT_OF_RANGE = textwrap.dedent("""
         ("window low", ta.build([W], [X, L]), (x, np.array([0, -(1 << 29), 1], np.int32))),
         ("segs high", ta.build([S], [V, O]), (v, np.array([0, 3, 5, 1 << 29], np.int32))),
         ("segs low", ta.build([S], [V, O]), (v, np.array([-(1 << 29), 3, 5, 10], np.int32))),
+        ("strided", ta.build([Z], [X, L]), (x, big)),
     ]
     for name, f, args in cases:
         try:
@@ -427,10 +467,11 @@ def test_ragged_bound_out_of_range_raises_naming_the_tensor():
                        env=env, cwd=root, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr[-3000:]
     lines = dict(line.split(" RAISED ", 1) for line in p.stdout.splitlines() if " RAISED " in line)
-    assert len(lines) == 9, p.stdout
+    assert len(lines) == 10, p.stdout
     for name, msg in lines.items():
         want = ("read V[k] of tensor 'V', dim 0" if name.startswith("segs") else
                 "a scatter index is out of bounds: dX[...] dim 1" if name == "rows grad" else
+                "read X[i, 2 * k] of tensor 'X', dim 1" if name == "strided" else
                 "read X[i, k] of tensor 'X', dim 1")
         assert want in msg and "outside [0, " in msg, (name, msg)
 

@@ -103,7 +103,7 @@ class Reducer:
         if isinstance(axis, (list, tuple)) or (isinstance(axis, IterVar) and (
                 axis.kind == "reduce" or self.kind not in (ReduceKind.MAX, ReduceKind.MIN))):
             _axes(axis, self.name)  # a reduction; te.max(x, i) / te.min stay elementwise
-        if axis is not None and not _is_axis_arg(axis) and where is None:
+        if axis is not None and not _is_axis_arg(axis) and where is None and init is None:
             # elementwise form: te.max(a, b)
             b = axis if isinstance(axis, Expr) else None
             ea = as_expr(expr, b.dtype if b is not None else None)
