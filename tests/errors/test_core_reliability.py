@@ -2,6 +2,7 @@
 reduce bounds survive the residual bookkeeping (6), every reducer refuses a data axis (15), a
 NaN max/min has a NaN gradient (16), ragged reduce bounds are checked and may read a constant
 index (17); with the members of each class found beside them."""
+import ast
 import itertools
 import os
 import subprocess
@@ -245,6 +246,38 @@ def test_offsets_computed_by_a_stage_are_part_of_the_dag():
         np.testing.assert_allclose(s, want_s)
         assert reads in res.names, (save, res.names)
         np.testing.assert_allclose(vjp.backward(res, *HEADS3)[0], want, rtol=1e-12)
+
+
+CUDA_SEGMENTS = textwrap.dedent("""
+    import numpy as np, texpr_ad as ta
+    from texpr_ad import te
+    X = te.placeholder((10,), "float64", name="X")
+    lens = te.placeholder((3,), "int32", name="lens")
+    j = te.reduce_axis((0, 3), name="j")
+    Off = te.compute((4,), lambda s: te.sum(te.if_then_else(j < s, lens[j], 0), axis=j), name="Off")
+    def seg(s):
+        k = te.reduce_axis((Off[s], Off[s + 1]), name="k")
+        return te.sum(te.sin(X[k]), axis=k)
+    S = te.compute((3,), seg, name="S")
+    x, ln, h = np.linspace(0.1, 3.0, 10), np.array([3, 0, 5], np.int32), np.array([1.0, 2.0, 3.0])
+    fwd, bwd = ta.vjp([S], [X, lens], target="cuda")
+    (s,), res = fwd(x, ln)
+    print(np.asarray(bwd(res, h)[0]).tolist())
+""")
+
+
+def test_segments_vjp_on_the_cuda_simulator():
+    """The CUDA kernels took their arguments from the stage bodies: the backward's scatter over
+    `saved_Off[s] <= k < saved_Off[s + 1]` did not get saved_Off (NameError)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1",
+           "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    p = subprocess.run([sys.executable, "-c", CUDA_SEGMENTS], capture_output=True, text=True,
+                       env=env, cwd=root, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    x, h = np.linspace(0.1, 3.0, 10), [1.0] * 3 + [3.0] * 5 + [0.0] * 2
+    got = ast.literal_eval(p.stdout.strip().splitlines()[-1])
+    np.testing.assert_allclose(got, np.cos(x) * h, rtol=1e-12)
 
 
 def test_cse_tells_apart_bounds_reading_tensors_of_one_name():

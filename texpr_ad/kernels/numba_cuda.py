@@ -358,10 +358,11 @@ def t_shape(st: ComputeStage | ScatterStage) -> list[Expr]:
 
 
 def _reads(st: ComputeStage | ScatterStage) -> list:
-    """Tensors read by the stage (also inside reduction bounds), in order of first appearance."""
+    """Tensors read by the stage (also inside reduction and scatter-domain bounds), in order of
+    first appearance."""
     exprs = list(st.bodies) if isinstance(st, ComputeStage) else [e for u in st.updates for e in u.exprs]
     out: list = []
-    todo = list(exprs)
+    todo = exprs + [b for a in st.order for b in (a.lo, a.extent)] if isinstance(st, ScatterStage) else exprs
     seen: set[int] = set()
     while todo:
         e = todo.pop(0)
