@@ -80,7 +80,7 @@ def _set_threads() -> None:
     numba.set_num_threads(THREADS)
 
 
-def _paired_times(*fns: Call, repeat: int, warmup: int = 2) -> list[tuple[float, float]]:
+def paired_times(*fns: Call, repeat: int, warmup: int = 2) -> list[tuple[float, float]]:
     """(median, min) seconds of each of `fns`, calls interleaved so all see the same load."""
     return [(statistics.median(t), min(t)) for t in sample_times(*fns, repeat=repeat,
                                                                  warmup=warmup)]
@@ -90,15 +90,15 @@ def _rel_err(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> float:
     return max((rel_error(a, b) for a, b in zip(got, want, strict=True)), default=0.0)
 
 
-def _shape(w: Any) -> tuple[int, ...]:
+def out_shape(w: Any) -> tuple[int, ...]:
     return tuple(int(s.value) for s in w.output.shape)
 
 
-def _head(shape: tuple[int, ...], seed: int = 1) -> np.ndarray:
+def head(shape: tuple[int, ...], seed: int = 1) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
-def _short(e: Exception) -> str:
+def short(e: Exception) -> str:
     return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
 
 
@@ -113,7 +113,7 @@ def texpr_side(w: Any, g: np.ndarray, target: str) -> dict[str, Any]:
         side["y"] = k(*w.arrays)
         side["fwd"] = lambda: k(*w.arrays)
     except Exception as e:  # noqa: BLE001 - reported in the row, not fatal
-        side["errors"]["fwd"] = _short(e)
+        side["errors"]["fwd"] = short(e)
     try:
         fwd, bwd = vjp([w.output], list(w.inputs), target)
         outs, res = fwd(*w.arrays)
@@ -122,30 +122,34 @@ def texpr_side(w: Any, g: np.ndarray, target: str) -> dict[str, Any]:
         side["step"] = lambda: bwd(fwd(*w.arrays)[1], g)
         side["bwd"] = lambda: bwd(res, g)
     except Exception as e:  # noqa: BLE001
-        side["errors"]["step"] = side["errors"]["bwd"] = _short(e)
+        side["errors"]["step"] = side["errors"]["bwd"] = short(e)
     return side
 
 
-def torch_side(w: Any, g: np.ndarray) -> dict[str, Any]:
+def torch_side(w: Any, g: np.ndarray, device: str = "cpu",
+               fn: Callable[..., Any] | None = None) -> dict[str, Any]:
+    """Timed torch calls {fwd, step, bwd} of `fn` (default `w.torch_fn`) on `device`, and their
+    results as NumPy arrays ("y", "grads")."""
     import torch
-    ts = [torch.from_numpy(a.copy()) for a in w.arrays]
+    f = fn or w.torch_fn
+    ts = [torch.from_numpy(a.copy()).to(device) for a in w.arrays]
     diff = [ts[k].requires_grad_(True) for k in w.float_inputs]
-    gt = torch.from_numpy(g.copy())
+    gt = torch.from_numpy(g.copy()).to(device)
 
     def fwd() -> Any:
         with torch.no_grad():
-            return w.torch_fn(*ts)
+            return f(*ts)
 
     def step() -> Any:
-        return [x.contiguous() for x in torch.autograd.grad(w.torch_fn(*ts), diff, gt)]
+        return [x.contiguous() for x in torch.autograd.grad(f(*ts), diff, gt)]
 
-    y = w.torch_fn(*ts)
+    y = f(*ts)
 
     def bwd() -> Any:
         return [x.contiguous() for x in torch.autograd.grad(y, diff, gt, retain_graph=True)]
 
-    return {"fwd": fwd, "step": step, "bwd": bwd, "y": fwd().numpy(),
-            "grads": [x.numpy() for x in step()]}
+    return {"fwd": fwd, "step": step, "bwd": bwd, "y": fwd().cpu().numpy(),
+            "grads": [x.cpu().numpy() for x in step()]}
 
 
 def _jax(w: Any, g: np.ndarray, use: bool) -> dict[str, Call] | None:
@@ -155,11 +159,11 @@ def _jax(w: Any, g: np.ndarray, use: bool) -> dict[str, Call] | None:
     try:
         return jax_side(w.name, w.arrays, w.float_inputs, g)
     except Exception as e:  # noqa: BLE001 - JAX is optional; its row shows '-'
-        print(f"  (jax: {w.name}: {_short(e)})", file=sys.stderr)
+        print(f"  (jax: {w.name}: {short(e)})", file=sys.stderr)
         return None
 
 
-def _errors(side: dict[str, Any], ref: dict[str, Any]) -> dict[str, float]:
+def errors_vs(side: dict[str, Any], ref: dict[str, Any]) -> dict[str, float]:
     checks = {"fwd": ("y", "y"), "step": ("vjp_y", "y"), "bwd": ("grads", "grads")}
     out = {}
     for c, (mine, theirs) in checks.items():
@@ -176,22 +180,22 @@ def run_workload(name: str, quick: bool, repeat: int, target: str, with_plain: b
     """The registry row of `name` and (with_plain) its plain row, timed interleaved."""
     from bench import plain
     w = plain.make(name, quick)
-    g = _head(_shape(w))
+    g = head(out_shape(w))
     ref = torch_side(w, g)
     forms = [w] + ([plain.plain(w)] if with_plain else [])
     sides = [texpr_side(f, g, target) for f in forms]
     jx = _jax(w, g, jax)
-    rows = [{"name": f.name, "errors": s["errors"], "err": _errors(s, ref)}
+    rows = [{"name": f.name, "errors": s["errors"], "err": errors_vs(s, ref)}
             for f, s in zip(forms, sides, strict=True)]
     for c in COMPARISONS:
         mine = [(r, s[c]) for r, s in zip(rows, sides, strict=True) if c in s]
         if not mine:
             continue
-        times = _paired_times(*[fn for _, fn in mine], ref[c], repeat=repeat)
+        times = paired_times(*[fn for _, fn in mine], ref[c], repeat=repeat)
         t_torch = times[len(mine)]
         # JAX apart: XLA's threads keep spinning after a call and slowed whatever ran next
         # (layer_norm step measured 5.5 ms right after a JAX call, 3.2 ms otherwise)
-        t_jax = _paired_times(jx[c], repeat=repeat)[0] if jx else None
+        t_jax = paired_times(jx[c], repeat=repeat)[0] if jx else None
         for (r, _), t in zip(mine, times, strict=False):
             r[c] = {"t": t[0], "min": t[1], "torch": t_torch[0], "torch_min": t_torch[1],
                     "jax": t_jax[0] if t_jax else None}
@@ -208,7 +212,7 @@ def compile_probe(names: Sequence[str], quick: bool, target: str) -> None:
     import texpr_ad as ta
     for name in names:
         w = plain.make(name, quick)
-        g = _head(_shape(w))
+        g = head(out_shape(w))
         out: dict[str, Any] = {"name": name}
         try:
             t0 = time.perf_counter()
@@ -224,7 +228,7 @@ def compile_probe(names: Sequence[str], quick: bool, target: str) -> None:
             bwd(fwd(*w.arrays)[1], g)
             out["step"] = (t1 - t0) - (time.perf_counter() - t1)
         except Exception as e:  # noqa: BLE001 - the timing table reports the error
-            out["error"] = _short(e)
+            out["error"] = short(e)
         print(json.dumps(out), flush=True)
 
 
@@ -251,11 +255,11 @@ def compile_times(names: Sequence[str], quick: bool, target: str) -> dict[str, d
     return out
 
 
-def _ms(t: float | None) -> str:
+def ms(t: float | None) -> str:
     return f"{'-':>9}" if t is None else f"{t * 1e3:9.2f}"
 
 
-def _ratio(a: float | None, b: float | None) -> str:
+def ratio(a: float | None, b: float | None) -> str:
     return f"{'-':>6}" if a is None or b is None else f"{a / b:6.2f}"
 
 
@@ -278,15 +282,15 @@ def print_row(r: dict[str, Any], comp: dict[str, dict[str, float]]) -> None:
             continue
         t = r[c]
         err = r["err"].get(c)
-        print(f"{label:<{NAME_W}} {c:<4} {_ms(t['t'])} {_ms(t['torch'])} "
-              f"{_ratio(t['t'], t['torch'])} {_ratio(t['min'], t['torch_min'])} "
-              f"{'-' if err is None else f'{err:.1e}':>11} {_ms(t['jax'])} "
-              f"{_ratio(t['t'], t['jax'])} {_sec(c_.get(f'cold_{c}'))} "
+        print(f"{label:<{NAME_W}} {c:<4} {ms(t['t'])} {ms(t['torch'])} "
+              f"{ratio(t['t'], t['torch'])} {ratio(t['min'], t['torch_min'])} "
+              f"{'-' if err is None else f'{err:.1e}':>11} {ms(t['jax'])} "
+              f"{ratio(t['t'], t['jax'])} {_sec(c_.get(f'cold_{c}'))} "
               f"{_sec(c_.get(f'warm_{c}'))}")
     sys.stdout.flush()
 
 
-def _gm(xs: list[float]) -> float:
+def geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
@@ -298,7 +302,7 @@ def _geomean_table(groups: dict[str, list[dict[str, Any]]], ref: str) -> None:
         cells, worst = [], []
         for c in COMPARISONS:
             ratios = [(r[c]["t"] / r[c][ref], r["name"]) for r in rs if c in r and r[c][ref]]
-            cells.append(f"{_gm([x for x, _ in ratios]):6.2f}" if ratios else f"{'-':>6}")
+            cells.append(f"{geomean([x for x, _ in ratios]):6.2f}" if ratios else f"{'-':>6}")
             if ratios:
                 x, n = max(ratios)
                 worst.append(f"{c} {n} {x:.2f}x")
@@ -320,7 +324,7 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
         cells = [f"{r['name'].removesuffix(':plain')} {r['plain_over_registry']:.2f}" for r in ok]
         for i in range(0, len(cells), 5):
             print("  " + ", ".join(cells[i:i + 5]))
-        print(f"  geometric mean {_gm([r['plain_over_registry'] for r in ok]):.2f} over "
+        print(f"  geometric mean {geomean([r['plain_over_registry'] for r in ok]):.2f} over "
               f"{len(ok)} operators")
     failed = [(r["name"], c, r["errors"][c]) for r in rows for c in COMPARISONS if c not in r]
     if failed:

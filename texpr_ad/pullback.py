@@ -22,6 +22,7 @@ import numpy as np
 from . import te
 from .deriv import grad
 from .errors import TexprError
+from .kernels.numba_cuda import is_device_array
 from .schedule.residuals import Decision, choose, rebuilt
 from .te import dtype as dt
 from .te.dag import placeholders, replace_inputs
@@ -108,7 +109,10 @@ class Pullback:
     def forward(self, *arrays: Any) -> tuple[tuple[Any, ...], Residuals]:
         res = self.forward_kernel(*arrays)
         n = len(self.outputs)
-        return tuple(res[:n]), self.residuals([np.asarray(a) for a in arrays], res[:n], res[n:])
+        # device arrays stay as they are (np.asarray would copy them to the host, and the
+        # backward would copy them back)
+        kept = [a if is_device_array(a) else np.asarray(a) for a in arrays]
+        return tuple(res[:n]), self.residuals(kept, res[:n], res[n:])
 
     def backward(self, res: Residuals, *heads: Any) -> tuple[Any | None, ...]:
         if not isinstance(res, Residuals) or res.owner != id(self):
