@@ -51,9 +51,13 @@ def gemm_mode() -> str:
 @functools.cache
 def native_gemm() -> bool:
     """Whether float32 products run on `kernels/gemm_f32.py`: `gemm_mode()`, where auto means
-    the host CPU has AVX-512F."""
+    the CPU Numba compiles for has AVX-512F: the host's features, or NUMBA_CPU_FEATURES where
+    set (as with `NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES=`, which targets AVX2 code)."""
     mode = gemm_mode()
     if mode != "auto":
         return mode == "native"
-    import llvmlite.binding as ll
-    return "+avx512f" in ll.get_host_cpu_features().flatten().split(",")
+    features = os.environ.get("NUMBA_CPU_FEATURES")
+    if features is None:
+        import llvmlite.binding as ll
+        features = ll.get_host_cpu_features().flatten()
+    return "+avx512f" in features.split(",")

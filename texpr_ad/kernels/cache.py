@@ -11,6 +11,10 @@ directory; if that cannot be written, a folder under the system temp dir (with a
 `CacheWarning` when `$TEXPR_CACHE_DIR` was set).  With no writable folder at all,
 kernels are compiled in memory, not cached on disk (one `CacheWarning`).
 
+texpr_ad's float32 GEMM (`gemm_f32.py`) is cached by Numba itself, beside its source (or
+under NUMBA_CACHE_DIR, or the user's cache folder); where Numba finds none of them writable,
+under `numba/` in this folder, else it is compiled in memory too.
+
 Damaged cache files (truncated, empty, garbage: a full disk, a killed process, a
 copy gone wrong) are detected when they are read: a `CacheWarning` names the file,
 it is removed and the kernel is compiled again (and cached afresh).
@@ -19,6 +23,7 @@ compiled and how many were loaded from the disk cache.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import linecache
@@ -28,7 +33,7 @@ import tempfile
 import warnings
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..errors import TexprWarning
 
@@ -73,6 +78,28 @@ def cache_dir() -> Path | None:
                "): kernels are compiled in memory and not cached across processes; set "
                "TEXPR_CACHE_DIR to a writable folder")
     return None
+
+
+@contextlib.contextmanager
+def numba_cache_dir(folder: Path) -> Iterator[None]:
+    """Numba's NUMBA_CACHE_DIR set to `folder` while functions are decorated inside (a
+    dispatcher's cache locator keeps the folder it was created with)."""
+    from numba.core import config
+    old = config.CACHE_DIR
+    config.CACHE_DIR = str(folder)
+    try:
+        yield
+    finally:
+        config.CACHE_DIR = old
+
+
+def warn_uncached(what: str) -> None:
+    """One CacheWarning: `what` (compiled by Numba with cache=True) has no cache folder."""
+    _warn_once(f"uncached:{what}", f"Numba finds no writable cache folder for {what} (its "
+                                   f"package folder, NUMBA_CACHE_DIR, the user's cache folder "
+                                   f"and texpr_ad's kernel cache all unusable): it is compiled "
+                                   f"in memory in every process; set TEXPR_CACHE_DIR (or "
+                                   f"NUMBA_CACHE_DIR) to a writable folder")
 
 
 def _temp_folder() -> Path | None:

@@ -5,11 +5,12 @@ object mode, and row accumulation / split partial sums.  The planner decides the
 (schedule/cpu.py); this spells them out."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..schedule.plan import ComputeStage, ScatterStage
+from ..schedule.plan import SUM_BLOCK, ComputeStage, ScatterStage, wide_sum
 from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind
-from .render import (CHECK_NAME, ERR_NAME, KERNEL_NAME, _describe, _is_placeholder, _is_zero,
+from .render import (CHECK_NAME, ERR_NAME, KERNEL_NAME, WIDE_ZERO, _describe, _is_placeholder, _is_zero,
                      _np_dtype, _reduce_groups, _Render, loop_entry_checks, stage_unproven, top)
 
 
@@ -150,15 +151,17 @@ class CPURender(_Render):
         self.hoist_values(depth, st, env)
         red = _reduce_groups(st.bodies)[0]
         r = red[0]
-        acc = self.names.fresh(f"{st.name}_acc")
-        self.emit(depth, f"{acc} = {top(self.expr(r.combiner.identity[0], {}))}")
-        self.range_loop(depth, e.order[1], {})
         t = e.tensors[0]
         assert t is not None
-        self.emit(depth + 1, f"{self.index(t, [self.axis(a) for a in e.axes])} = "
-                             f"{top(self.expr(e.bodies[0], env))}")
-        self.emit(depth + 1, f"{acc} = {LANE_STEP[r.combiner.kind]}({acc}, "
-                             f"{top(self.expr(r.source[0], env))})")
+        levels = self.fold_levels(e.order[1], self.names.fresh(f"{st.name}_acc"), st.name, {},
+                                  wide_sum(r))
+
+        def store_and_step(d: int) -> str:
+            self.emit(d, f"{self.index(t, [self.axis(a) for a in e.axes])} = "
+                         f"{top(self.expr(e.bodies[0], env))}")
+            return f"{LANE_STEP[r.combiner.kind]}({levels[-1].acc}, {top(self.expr(r.source[0], env))})"
+        self.fold_nest(depth, r, levels, store_and_step)
+        acc = levels[0].acc if not wide_sum(r) else self.narrow(depth, r, levels[0].acc, st.name)
         if r.init:
             self.combine(depth, r.combiner, [self.expr(r.init[0], env)], [acc], [acc], st.name)
         env.update({g: acc for g in red})
@@ -252,27 +255,80 @@ class CPURender(_Render):
                 self.loops_and_body(st, 2, st.order[1:])
 
     def stepped_fold(self, depth: int, r: Reduce, env: dict[Expr, str], stage: str,
-                     first_loop: str | None = None) -> str:
+                     chunk: Chunk | None = None) -> str:
         """Fold `r`'s source (no init) over its axes in scalar accumulators stepped by
         `LANE_STEP`, one per reduce axis, each folded into the one outside it when its loop
         ends: over (n, h, w) a float32 sum adds chains of n, h and w terms, not n*h*w.
-        `first_loop` replaces the outermost axis's loop header (a split chunk's range).
-        Returns the outermost accumulator."""
-        step = LANE_STEP[r.combiner.kind]
-        ident = top(self.expr(r.combiner.identity[0], {}))
-        accs = [self.names.fresh(f"{stage}_acc") for _ in r.axis]
-        d = depth
+        `chunk` replaces the outermost axis's range (a split chunk's).  A wide sum
+        (plan.wide_sum) keeps the outer accumulators in float64 and folds its innermost loop
+        in float32 blocks (`fold_levels`).  Returns the outermost accumulator (float64 when
+        wide)."""
+        levels: list[Level] = []
+        last = len(r.axis) - 1
         for k, ax in enumerate(r.axis):
-            self.emit(d, f"{accs[k]} = {ident}")
-            if k == 0 and first_loop is not None:
-                self.emit(d, first_loop)
-            else:
-                self.range_loop(d, ax, env)
+            acc = self.names.fresh(f"{stage}_acc")
+            levels += self.fold_levels(ax, acc, stage, env, wide_sum(r) and k == last,
+                                       chunk if k == 0 else None)
+        step = LANE_STEP[r.combiner.kind]
+        self.fold_nest(depth, r, levels, lambda d: f"{step}({levels[-1].acc}, "
+                                                    f"{top(self.expr(r.source[0], env))})")
+        return levels[0].acc
+
+    def fold_levels(self, ax: IterVar, acc: str, stage: str, env: dict[Expr, str], block: bool,
+                    chunk: Chunk | None = None) -> list[Level]:
+        """The loop of `ax` (or `chunk`'s range of it) folding into `acc`; when `block` and it
+        is longer than SUM_BLOCK, two levels instead: a loop over blocks folding into `acc`
+        and one over a block of at most SUM_BLOCK terms folding into a float32 accumulator of
+        its own (the lanes LLVM vectorizes hold short chains).  The block index counts from
+        0 and the chunk's start is clamped at 0, so LLVM sees that reads at `ax` are not
+        negative (no wraparound select) and vectorizes the loop."""
+        if chunk is None:
+            n = int(ax.extent.value) if isinstance(ax.extent, Const) else None  # type: ignore[attr-defined]
+            if not block or n is None or n <= SUM_BLOCK:
+                return [Level(acc, lambda d: self.range_loop(d, ax, env))]
+            lo = self.expr(ax.lo, env)
+            start, count = ("" if _is_zero(ax.lo) else f"{lo} + "), str(n)
+        else:
+            if not block:
+                return [Level(acc, lambda d: self.emit(d, chunk.header(self.axis(ax))))]
+            n = chunk.size
+            start = self.names.fresh(f"{stage}_s0")
+            count = self.names.fresh(f"{stage}_n")
+        kb, kk = self.names.fresh(f"{stage}_kb"), self.names.fresh(f"{stage}_kk")
+        blk = self.names.fresh(f"{stage}_blk")
+        nb = -(-n // SUM_BLOCK)
+        inner = str(SUM_BLOCK) if chunk is None and n % SUM_BLOCK == 0 else \
+            f"min({SUM_BLOCK}, {count} - {kb} * {SUM_BLOCK})"
+
+        def blocks(d: int) -> None:
+            if chunk is not None:
+                self.emit(d, f"{start} = max({chunk.start()}, 0)")
+                self.emit(d, f"{count} = min({n}, {chunk.n} - {start})")
+            self.emit(d, f"for {kb} in range({nb if chunk is None else f'({count} + {SUM_BLOCK - 1}) // {SUM_BLOCK}'}):")
+
+        def block(d: int) -> None:
+            self.emit(d, f"for {kk} in range({inner}):")
+            base = start if chunk is None else f"{chunk.lo}{start} + "
+            self.emit(d + 1, f"{self.axis(ax)} = {base}{kb} * {SUM_BLOCK} + {kk}")
+        return [Level(acc, blocks), Level(blk, block)]
+
+    def fold_nest(self, depth: int, r: Reduce, levels: list[Level],
+                  inner: Callable[[int], str]) -> None:
+        """Open `levels` (outermost first), each with its accumulator set to `r`'s identity
+        (float64 zero for a wide level), step the innermost with `inner(depth)` (which may
+        emit statements first), and fold each level into the one outside it as its loop ends.
+        A wide sum's levels are float64 except the innermost (a block, or a short axis)."""
+        ident = top(self.expr(r.combiner.identity[0], {}))
+        wide = wide_sum(r)
+        d = depth
+        for k, lv in enumerate(levels):
+            self.emit(d, f"{lv.acc} = {WIDE_ZERO if wide and k < len(levels) - 1 else ident}")
+            lv.open(d)
             d += 1
-        self.emit(d, f"{accs[-1]} = {step}({accs[-1]}, {top(self.expr(r.source[0], env))})")
-        for k in range(len(accs) - 1, 0, -1):
-            self.emit(depth + k, f"{accs[k - 1]} = {step}({accs[k - 1]}, {accs[k]})")
-        return accs[0]
+        self.emit(d, f"{levels[-1].acc} = {inner(d)}")
+        step = LANE_STEP[r.combiner.kind]
+        for k in range(len(levels) - 1, 0, -1):
+            self.emit(depth + k, f"{levels[k - 1].acc} = {step}({levels[k - 1].acc}, {levels[k].acc})")
 
     def lane_reduction(self, depth: int, groups: list[Reduce], env: dict[Expr, str], stage: str,
                        lanes: int) -> None:
@@ -284,6 +340,8 @@ class CPURender(_Render):
         """
         r = groups[0]
         acc = self.stepped_fold(depth, r, env, stage)
+        if wide_sum(r):
+            acc = self.narrow(depth, r, acc, stage)
         if r.init:
             self.combine(depth, r.combiner, [self.expr(r.init[0], env)], [acc], [acc], stage)
         for g in groups:
@@ -358,8 +416,7 @@ class CPURender(_Render):
         r = _reduce_groups(st.bodies)[0][0]
         row = acc_plan.row
         assert row is not None
-        dtype = r.dtype if r.dtype != "bool" else "bool_"
-        ident = top(self.expr(r.combiner.identity[0], {}))
+        dtype, ident = self.acc_type(r)
         idx = [self.axis(a) for a in st.axes]
         outer = [a for a in st.order if a is not row]
         # row accumulation in a local array, prange over the outer axes
@@ -377,8 +434,19 @@ class CPURender(_Render):
         self.fold(depth, [(st, lambda: f"{acc}[{self.axis(row)}]")], r.axis, row)
         self.range_loop(depth, row, {})
         v = self.names.fresh(f"{st.name}_acc")
-        self.emit(depth + 1, f"{v} = {acc}[{self.axis(row)}]")
+        self.emit(depth + 1, f"{v} = {self.rounded(r, f'{acc}[{self.axis(row)}]')}")
         self.finish(depth + 1, st, idx, v)
+
+    def acc_type(self, r: Reduce) -> tuple[str, str]:
+        """The NumPy dtype of an array of `r`'s accumulators and their initial value: float64
+        and zero for a wide sum (plan.wide_sum)."""
+        if wide_sum(r):
+            return "float64", WIDE_ZERO
+        return (r.dtype if r.dtype != "bool" else "bool_"), top(self.expr(r.combiner.identity[0], {}))
+
+    def rounded(self, r: Reduce, acc: str) -> str:
+        """An accumulator of `r` as a value of its dtype (a wide sum's is float64)."""
+        return f"np.{r.dtype}({acc})" if wide_sum(r) else acc
 
     def fold(self, depth: int, stages: Sequence[tuple[ComputeStage, Callable[[], str]]],
              axes: Sequence[IterVar], row: IterVar | None) -> None:
@@ -428,10 +496,10 @@ class CPURender(_Render):
         chunks = acc_plan.chunks
         size = -(-n // chunks)
         parts = []
-        for s_ in stages:
-            rs = _reduce_groups(s_.bodies)[0][0]
+        reds = [_reduce_groups(s_.bodies)[0][0] for s_ in stages]
+        for s_, rs in zip(stages, reds, strict=True):
             part = self.names.fresh(f"{s_.name}_part")
-            dtype = rs.dtype if rs.dtype != "bool" else "bool_"
+            dtype = self.acc_type(rs)[0]
             pshape = [str(chunks), *(top(self.expr(a.extent, {})) for a in s_.axes)]
             self.emit(1, f"{part} = np.empty(({', '.join(pshape)}, ), dtype=np.{dtype})")
             parts.append(part)
@@ -447,23 +515,22 @@ class CPURender(_Render):
                for k, part in enumerate(parts)]
         s = self.axis(split)
         lo = self.expr(split.lo, {})
-        base = f"{lo} + " if not _is_zero(split.lo) else ""
-        chunk_loop = f"for {s} in range({base}{c} * {size}, {base}min({c} * {size} + {size}, {n})):"
+        chunk = Chunk(c, size, n, f"{lo} + " if not _is_zero(split.lo) else "")
         if acc_plan.vector:  # scalar accumulators per reduce axis, stepped like lanes
             assert len(stages) == 1
-            self.emit(depth, f"{ats[0]} = {self.stepped_fold(depth, r, {}, st.name, chunk_loop)}")
+            self.emit(depth, f"{ats[0]} = {self.stepped_fold(depth, r, {}, st.name, chunk)}")
         else:
             rows_ = [(s_, at) for k, (s_, at) in enumerate(zip(stages, ats)) if k not in riders]
             if row is not None:
                 self.range_loop(depth, row, {})
-            for s_, at in rows_:
-                ident = top(self.expr(_reduce_groups(s_.bodies)[0][0].combiner.identity[0], {}))
-                self.emit(depth + (row is not None), f"{at} = {ident}")
+            for k, (s_, at) in enumerate(zip(stages, ats)):
+                if k not in riders:
+                    self.emit(depth + (row is not None), f"{at} = {self.acc_type(reds[k])[1]}")
             outer = {k: self.names.fresh(f"{stages[k].name}_acc") for k in riders}
             inner = {k: self.names.fresh(f"{stages[k].name}_acc") for k in riders}
-            for k in riders:
-                self.emit(depth, f"{outer[k]} = {self._ident(stages[k])}")
-            self.emit(depth, chunk_loop)
+            for k in riders:  # a wide rider's outer accumulator is float64, a row its block
+                self.emit(depth, f"{outer[k]} = {self.acc_type(reds[k])[1]}")
+            self.emit(depth, chunk.header(s))
             for k in riders:
                 self.emit(depth + 1, f"{inner[k]} = {self._ident(stages[k])}")
             self.fold(depth + 1, [(s_, lambda at=at: at) for s_, at in rows_], r.axis[1:], row)
@@ -491,7 +558,35 @@ class CPURender(_Render):
             k = self.names.fresh(f"{s_.name}_k")
             self.emit(depth, f"for {k} in range(1, {chunks}):")
             self.combine(depth + 1, comb, [v], [f"{part}[{', '.join([k, *own])}]"], [v], s_.name)
-            self.finish(depth, s_, own, v)
+            rs = _reduce_groups(s_.bodies)[0][0]
+            self.finish(depth, s_, own, v if not wide_sum(rs) else self.narrow(depth, rs, v, s_.name))
+
+
+@dataclass(frozen=True)
+class Level:
+    """One loop of a fold: its accumulator, and `open(depth)`, which emits the loop's header
+    (and the lines it needs before it, at the same depth, or first inside it)."""
+
+    acc: str
+    open: Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Chunk `c` (a prange variable) of a split reduction axis: `size` of its `n` values from
+    `lo + c * size` (`lo` is "" or "<lo> + "), the last chunk cut at `n`."""
+
+    c: str
+    size: int
+    n: int
+    lo: str
+
+    def start(self) -> str:
+        return f"{self.c} * {self.size}"
+
+    def header(self, var: str) -> str:
+        return (f"for {var} in range({self.lo}{self.start()}, "
+                f"{self.lo}min({self.start()} + {self.size}, {self.n})):")
 
 
 def _owns_slices(st: ScatterStage) -> bool:

@@ -36,7 +36,7 @@ from numba import get_num_threads, njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from . import threads
+from . import cache, threads
 from .._env import gemm_mode as mode, native_gemm as enabled  # noqa: F401  (its switch)
 
 MR, NV = 6, 4           # micro-tile rows, and zmm vectors per row (24 accumulators)
@@ -45,6 +45,32 @@ NR = NV * W             # micro-tile columns
 KC = 320                # most k per chunk (k splits into equal chunks): a B block is at most 80 KiB
 MC = 64 * MR            # most rows per work item: a packed A chunk is at most 480 KiB (L2)
 MIN_FLOPS = 1 << 20     # smaller products go to BLAS (the prange launch would dominate)
+
+def _cached(**opts: Any) -> Any:
+    """`njit(cache=True, **opts)`: Numba keeps the compiled GEMM beside this file (or under
+    NUMBA_CACHE_DIR, or the user's cache folder).  Where it finds none of them writable (a
+    read-only install, no writable home), texpr_ad's own kernel folder (`cache.cache_dir`:
+    TEXPR_CACHE_DIR, ./.texpr_cache, the temp dir) holds it instead; with no writable folder
+    at all it is compiled in memory, as the generated kernels are (cache_dir's CacheWarning
+    says so), instead of Numba's "no locator available" error at import."""
+    def wrap(fn: Any) -> Any:
+        try:
+            return njit(cache=True, **opts)(fn)
+        except RuntimeError as e:
+            if "no locator available" not in str(e):
+                raise
+        folder = cache.cache_dir()
+        if folder is not None:
+            with cache.numba_cache_dir(folder / "numba"):
+                try:
+                    return njit(cache=True, **opts)(fn)
+                except RuntimeError as e:  # NUMBA_CACHE_LOCATOR_CLASSES leaves that one out
+                    if "no locator available" not in str(e):
+                        raise
+            cache.warn_uncached(f"texpr_ad's float32 GEMM ({fn.__name__})")
+        return njit(**opts)(fn)
+    return wrap
+
 
 def handles(arrays: tuple[np.ndarray, ...], flops: int) -> bool:
     """Whether this kernel runs a product of `flops` floating-point operations on `arrays`
@@ -205,7 +231,7 @@ def _tile(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate):  # type: ignore[
         _tile_spaced(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate)
 
 
-@njit(cache=True)
+@_cached()
 def _pack_a(aq, r0, rows, pc, kc, ap):  # type: ignore[no-untyped-def]
     """ap[(ib*kc + p)*MR + i] = aq[r0 + ib*MR + i, pc + p] for the panels ib of `rows` rows,
     zero beyond them."""
@@ -217,7 +243,7 @@ def _pack_a(aq, r0, rows, pc, kc, ap):  # type: ignore[no-untyped-def]
                 ap[base + p * MR + i] = aq[r0 + r, pc + p] if r < rows else 0.0
 
 
-@njit(cache=True)
+@_cached()
 def _pack_b(flat, q0, rows, cs, pc, kc, j0, cols, bt):  # type: ignore[no-untyped-def]
     """bt[p, j] = B[pc + p, j0 + j] for j < cols, zero to NR (B[p, j] = flat[q0 + rows[p] +
     j * cs])."""
@@ -227,7 +253,7 @@ def _pack_b(flat, q0, rows, cs, pc, kc, j0, cols, bt):  # type: ignore[no-untype
             bt[p, j] = flat[at + j * cs] if j < cols else 0.0
 
 
-@njit(cache=True)
+@_cached()
 def _item(aq, flat, q0, brows, ldb, cs, cq, r0, rows, j0, j1, ap, bt, tile):  # type: ignore[no-untyped-def]
     """cq[r0:r0+rows, j0:j1] = aq[r0:r0+rows] @ B[:, j0:j1], B[p, j] = flat[q0 + brows[p] + j*cs];
     `ldb` >= 0 says that brows[p] = p * ldb (the micro-kernel then needs no table).
@@ -273,7 +299,7 @@ def _item(aq, flat, q0, brows, ldb, cs, cq, r0, rows, j0, j1, ap, bt, tile):  # 
                 _merge_tile(cq, i0, jb, mr, cols, tile, first)
 
 
-@njit(cache=True)
+@_cached()
 def _merge_tile(c, i0, j0, mr, cols, tile, first):  # type: ignore[no-untyped-def]
     """c[i0:i0+mr, j0:j0+cols] (+)= the tile buffer's corner: a tile cut by a tail."""
     for i in range(mr):
@@ -284,7 +310,7 @@ def _merge_tile(c, i0, j0, mr, cols, tile, first):  # type: ignore[no-untyped-de
                 c[i0 + i, j0 + j] += tile[i, j]
 
 
-@njit(cache=True)
+@_cached()
 def _items(nb, m, n, threads):  # type: ignore[no-untyped-def]
     """(rows per group, row groups, columns per group, column groups) of an m x n product
     over nb batch entries: rows first (each item reads its rows of A once), as many groups as
@@ -299,7 +325,7 @@ def _items(nb, m, n, threads):  # type: ignore[no-untyped-def]
     return rows, n_rg, per_cg, (n + per_cg - 1) // per_cg
 
 
-@njit(parallel=True, cache=True)
+@_cached(parallel=True)
 def _gemm(a, flat, qs, brows, ldb, cs, n, c, threads):  # type: ignore[no-untyped-def]
     """c[q, :, :n] = a[q] @ B[q], B[q][p, j] = flat[q*qs + brows[p] + j*cs] (= p*ldb if
     ldb >= 0); c's rows contiguous.  Items: (q, row group, column group)."""
@@ -322,7 +348,7 @@ def _gemm(a, flat, qs, brows, ldb, cs, n, c, threads):  # type: ignore[no-untype
               min(n, (cg + 1) * per_cg), ap, bt, tile)
 
 
-@njit(cache=True)
+@_cached()
 def _item_a_rows(flat, qs, arows, b, c, r0, rows, j0, j1, ap, bt, tile):  # type: ignore[no-untyped-def]
     """c[r0:r0+rows, j0:j1] = sum_s A_s[r0:r0+rows] @ b[s][:, j0:j1], A_s[i, p] =
     flat[s*qs + arows[i] + p]: whole MR-row panels read in place through the row table, a tail
@@ -370,7 +396,7 @@ def _item_a_rows(flat, qs, arows, b, c, r0, rows, j0, j1, ap, bt, tile):  # type
                         _merge_tile(c, i0, jb, mr, cols, tile, first)
 
 
-@njit(parallel=True, cache=True)
+@_cached(parallel=True)
 def _gemm_a_rows(flat, qs, arows, b, c, threads):  # type: ignore[no-untyped-def]
     """c = sum_s A_s @ b[s], A_s[i, p] = flat[s*qs + arows[i] + p]; c's rows contiguous.
     Items: (row group, column group), each summing over every s."""

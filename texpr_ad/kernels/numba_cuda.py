@@ -27,13 +27,13 @@ import numpy as np
 
 from ..errors import TexprError
 from ..schedule.cuda import rectangular_prefix
-from ..schedule.plan import ComputeStage, CudaStrategy, Plan, ScatterStage
+from ..schedule.plan import ComputeStage, CudaStrategy, Plan, ScatterStage, wide_sum
 from ..te.expr import Call, Const, Expr, Read, Reduce
 from ..te.ops import Op
 from ..te.visit import walk
 from .kernel import Kernel, index_error
-from .render import (ERR_NAME, EXPR_RULES, KERNEL_NAME, Renderer, Rule, _atom, _is_placeholder,
-                     _Render, _reduce_groups, read_site, stage_unproven, top)
+from .render import (ERR_NAME, EXPR_RULES, KERNEL_NAME, WIDE_ZERO, Renderer, Rule, _atom,
+                     _is_placeholder, _Render, _reduce_groups, read_site, stage_unproven, top)
 
 
 class CudaUnavailableError(TexprError, RuntimeError):
@@ -273,7 +273,7 @@ class _CudaRender(_Render):
             names = []
             for src in red[0].source:
                 sh = self.names.fresh(f"{st.name}_sh")
-                dtype = src.dtype if src.dtype != "bool" else "bool_"
+                dtype = "float64" if wide_sum(red[0]) else src.dtype if src.dtype != "bool" else "bool_"
                 self.emit(1, f"{sh} = cuda.shared.array({self.r.reduce_block}, np.{dtype})")
                 names.append(sh)
             shared.append(names)
@@ -286,10 +286,11 @@ class _CudaRender(_Render):
         for red, shs in zip(groups, shared, strict=True):
             r = red[0]
             comb, n = r.combiner, len(r.source)
+            wide = wide_sum(r)  # float64 partial sums per thread and in the tree, rounded once
             accs = [self.names.fresh(f"{st.name}_acc" if n == 1 else f"{st.name}_acc{k}")
                     for k in range(n)]
             for a, ident in zip(accs, comb.identity, strict=True):
-                self.emit(depth, f"{a} = {top(self.expr(ident, {}))}")
+                self.emit(depth, f"{a} = {WIDE_ZERO if wide else top(self.expr(ident, {}))}")
             # flatten the reduction axes unless their bounds depend on each other (then stride
             # the outermost one over the threads and run the rest serially)
             dependent = any(v is b for a in r.axis for e in (a.lo, a.extent) for v in walk(e)
@@ -320,6 +321,8 @@ class _CudaRender(_Render):
             for sh, a in zip(shs, accs, strict=True):
                 self.emit(depth, f"{a} = {sh}[0]")
             self.emit(depth, "cuda.syncthreads()")  # shared memory is reused by the next point
+            if wide:
+                accs = [self.narrow(depth, r, accs[0], st.name)]
             if r.init:
                 self.combine(depth, comb, [self.expr(i, env) for i in r.init], accs, accs, st.name)
             for g in red:

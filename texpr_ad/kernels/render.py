@@ -34,7 +34,7 @@ NEST_LIMIT = 24  # deeper subexpressions are bound to locals (Python's parser st
 SHARE_MIN = 80  # a repeated subexpression longer than this is bound to a local once
 CHECK_NAME = "_chk"
 ERR_NAME = "err"
-WIDE_ZERO = "0.0"  # a wide sum's float64 accumulator starts here (plan.wide_sum)
+WIDE_ZERO = "np.float64(0.0)"  # a wide sum's float64 accumulator starts here (plan.wide_sum)
 
 
 def check_call(i: str, n: str, site: int) -> str:

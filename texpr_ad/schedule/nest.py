@@ -14,7 +14,7 @@ from ..te.expr import Const, Expr, IterVar, Reduce, ReduceKind
 from ..te.printer import expr_str
 from ..te.tensor import ComputeOp, Tensor
 from ..te.visit import bounds_depend_on_axes, walk
-from .plan import ComputeStage, ScheduleError
+from .plan import LONG_SUM, ComputeStage, ScheduleError, sum_terms, wide_sum
 
 MIN_PARALLEL_WORK = 1024  # stages with fewer known point*reduction iterations run serially
 MIN_PARALLEL_CHUNKS = 64  # fuse leading axes until the prange has this many iterations
@@ -72,9 +72,14 @@ def _reduction_notes(bodies: Sequence[Expr], axes: Sequence[IterVar]) -> tuple[s
     for r in groups.values():
         kind = (r.combiner.kind if r.combiner.kind is not ReduceKind.CUSTOM
                 else f"custom {r.combiner.name!r}")
-        accs = ", ".join(s.dtype for s in r.source)
+        wide = wide_sum(r)
+        accs = "float64" if wide else ", ".join(s.dtype for s in r.source)
         txt = (f"{kind} over {', '.join(a.name for a in r.axis)} in a local {accs} accumulator"
                f"{'s' if len(r.source) > 1 else ''} (serial, in axis order)")
+        if wide:
+            n = sum_terms(r)
+            txt += (f"; wide: {'a count known at the call' if math.isinf(n) else int(n)} "
+                    f"{r.dtype} terms (more than {LONG_SUM}), rounded to {r.dtype} once")
         if len(r.source) > 1:
             txt += f"; tuple reducer computing {len(r.source)} values in one loop"
         if not (isinstance(r.condition, Const) and r.condition.value is True):

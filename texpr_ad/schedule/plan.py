@@ -17,14 +17,44 @@ from typing import Any, TypeVar
 from enum import Enum
 
 from ..errors import TexprError
-from ..te.expr import Const, Expr, IterVar, Var
+from ..te.bounds import bound
+from ..te.expr import Const, Expr, IterVar, Reduce, ReduceKind, Var
 from ..te.printer import expr_str
 from ..te.tensor import ScatterUpdate, Tensor, shape_str
 
-ACCUMULATION = ("reductions fold into a local scalar of the reduction's dtype (float32 sums "
-                "accumulate in float32, like a plain loop in C); integer arithmetic runs in "
-                "int64 and wraps to the tensor dtype on store")
+LONG_SUM = 4096  # a float16/float32 sum of more terms than this (or of a count unknown until
+#                  the call) accumulates wide: see `wide_sum`
+SUM_BLOCK = 256  # float32 terms per block of a wide sum's vectorized (lanes) loop
+ACCUMULATION = ("reductions fold into a local scalar of the reduction's dtype; a float16/float32 "
+                f"sum of more than {LONG_SUM} terms (or a count known only at the call) folds "
+                f"into float64, its vectorized loops in float32 blocks of {SUM_BLOCK} terms, and "
+                "is rounded once; integer arithmetic runs in int64 and wraps to the tensor dtype "
+                "on store")
 
+
+
+def sum_terms(r: Reduce) -> float:
+    """The most terms the reduction `r` folds per output point: the product of its axes'
+    extents, each bounded above where it depends on outer axes (a causal window); inf when
+    one is known only at the call (symbolic or read from data)."""
+    n = 1.0
+    for a in r.axis:
+        b = bound(a.extent, True)
+        if b is None or b[0]:
+            return math.inf
+        n *= max(b[1], 0)
+    return n
+
+
+def wide_sum(r: Reduce) -> bool:
+    """A float16/float32 sum of more than LONG_SUM terms accumulates wide: in float64, rounded
+    once to its dtype, its vectorized (lanes) loops folding float32 blocks of SUM_BLOCK terms
+    into that float64 accumulator.  One float32 accumulator adding n terms is off by up to
+    about n/2 units of its last place (1e6 terms of 0.1: 100001.4 for 100000.0); a block's
+    lanes hold short chains, and a float64 add costs what a float32 one does in a serial
+    chain (both latency-bound), so the result is within float32 rounding at the same speed."""
+    return (r.combiner.kind is ReduceKind.SUM and len(r.source) == 1
+            and r.dtype in ("float16", "float32") and sum_terms(r) > LONG_SUM)
 
 
 class ScheduleError(TexprError, ValueError):
