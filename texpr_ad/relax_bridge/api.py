@@ -3,13 +3,15 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from .grad import NO_GRAD, BridgeError, as_outputs, placeholders, register
+from .args import as_list, is_index
+from .grad import CHECK_BOUNDS, NO_GRAD, BridgeError, as_outputs, placeholders, register
 from .to_tvm import TranslationError, translate
 
 
 def call_te_with_auto_grad(bb: Any, fte: Callable[..., Any], *args: Any,
                            primfunc_name_hint: str | None = None, te_grad_name: str | None = None,
-                           no_grad: Sequence[int] = (), **attrs: Any) -> Any:
+                           no_grad: int | Sequence[int] = (), check_bounds: bool = True,
+                           **attrs: Any) -> Any:
     """`bb.call_te_with_grad` for a texpr_ad operator, with a derived gradient.
 
     `fte(*placeholders, **attrs)` receives one texpr_ad placeholder per Relax
@@ -22,6 +24,9 @@ def call_te_with_auto_grad(bb: Any, fte: Callable[..., Any], *args: Any,
     `no_grad` lists argument positions declared non-differentiable: they get a
     zero adjoint and are never differentiated (for float inputs such as masks or
     anchors that pass through argmax-like reductions; integer inputs always get zeros).
+    Reads (and scatters) at indices computed from tensor values are checked when the compiled
+    forward and gradient run (a KernelIndexError naming the read, as texpr_ad's own kernels
+    raise); `check_bounds=False` leaves them unchecked.
     Returns the `call_tir_with_grad` Call; emit it with `bb.emit`.
 
     Example::
@@ -34,22 +39,25 @@ def call_te_with_auto_grad(bb: Any, fte: Callable[..., Any], *args: Any,
         y = bb.emit(call_te_with_auto_grad(bb, dense, x, w))
     """
     name = register(fte, te_grad_name)
+    no_grad = as_list(no_grad, f"operator {name!r}: no_grad=", is_index, "argument position")
     for key, value in attrs.items():
         if not _attr_ok(value):
             raise BridgeError(f"operator {name!r}: attribute {key}={value!r} cannot travel as a Relax "
                               "te_grad_kwargs value; use numbers, bools, strings or tuples of them")
-    bad = [k for k in no_grad if not (isinstance(k, int) and 0 <= k < len(args))]
+    bad = [k for k in no_grad if not 0 <= k < len(args)]
     if bad:
         raise BridgeError(f"operator {name!r}: no_grad={tuple(no_grad)} names argument positions "
                           f"{bad} outside 0..{len(args) - 1}")
-    if NO_GRAD in attrs:
-        raise BridgeError(f"operator {name!r}: attribute name {NO_GRAD!r} is reserved")
+    reserved = [k for k in (NO_GRAD, CHECK_BOUNDS) if k in attrs]
+    if reserved:
+        raise BridgeError(f"operator {name!r}: attribute name {reserved[0]!r} is reserved")
     phs, var_map = placeholders(args, name)
     outs, multi = as_outputs(fte(*phs, **attrs), name)
 
     def forward(*ts: Any) -> Any:
         try:
-            res = translate(outs, bind=dict(zip(phs, ts, strict=True)), var_map=var_map)
+            res = translate(outs, bind=dict(zip(phs, ts, strict=True)), var_map=var_map,
+                            check_bounds=check_bounds)
         except TranslationError as e:
             raise BridgeError(f"operator {name!r}: {e}") from e
         return res if multi else res[0]
@@ -57,7 +65,9 @@ def call_te_with_auto_grad(bb: Any, fte: Callable[..., Any], *args: Any,
     forward.__name__ = name
     kwargs = dict(attrs)
     if no_grad:
-        kwargs[NO_GRAD] = tuple(sorted(set(no_grad)))
+        kwargs[NO_GRAD] = tuple(sorted({int(k) for k in no_grad}))
+    if not check_bounds:
+        kwargs[CHECK_BOUNDS] = False
     return bb.call_te_with_grad(forward, *args, te_grad_name=name, te_grad_kwargs=kwargs,
                                 primfunc_name_hint=primfunc_name_hint or name)
 

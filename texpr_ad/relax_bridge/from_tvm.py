@@ -36,6 +36,7 @@ from ..te.expr import Const, Expr, IterVar, Var
 from ..te.intervals import interval
 from ..te.reduce import Reducer
 from ..te.tensor import Tensor
+from .args import as_list, is_tvm_tensor
 from .to_tvm import TranslationError
 
 _PLACEHOLDERS = ("PlaceholderOp", "TEPlaceholderOp")
@@ -154,9 +155,9 @@ def from_tvm(tensors: Any, placeholders: Sequence[Any] | None = None) -> FromTVM
     `placeholders` (TVM tensors of `te.PlaceholderOp` or Relax `TEPlaceholderOp`) fixes the
     order of `result.inputs`; placeholders of the DAG not listed are appended in DAG order.
     """
-    outs = [tensors] if hasattr(tensors, "op") else list(tensors)
+    outs = as_list(tensors, "from_tvm(tensors=)", is_tvm_tensor, "tvm.te tensor")
     tr = _Translator()
-    for t in placeholders or ():
+    for t in as_list(placeholders or [], "from_tvm(placeholders=)", is_tvm_tensor, "tvm.te tensor"):
         if type(t.op).__name__ not in _PLACEHOLDERS:
             raise TranslationError(f"placeholders=: `{t.op.name}` is a {type(t.op).__name__}, "
                                    "not a placeholder; pass the DAG's input tensors")
@@ -179,7 +180,8 @@ class _Translator:
     def tensor(self, t: Any) -> Tensor:
         key = (_handle(t.op), int(t.value_index))
         if key not in self.tensors:
-            self._op(t)
+            for op in _producers_first(t.op, lambda h: (h, 0) in self.tensors):
+                self._op(op.output(0))
         return self.tensors[key]
 
     def _op(self, t: Any) -> None:
@@ -195,8 +197,6 @@ class _Translator:
         if kind != "ComputeOp":
             raise TranslationError(f"op `{op.name}` is a {kind}; only compute and placeholder ops "
                                    "translate (extern/scan/hybrid ops have no index expression)")
-        for s in op.input_tensors:  # producers first, so recursion stays shallow
-            self.tensor(s)
         axes = list(op.axis)
         shape = [self.expr(a.dom.extent, {}, op.name) for a in axes]
         reductions: dict[Any, tuple[Expr, ...]] = {}
@@ -269,7 +269,28 @@ class _Translator:
         return self.reducers[h], None
 
     def expr(self, e: Any, env: dict[int, Expr], where: str) -> Expr:
-        """The texpr_ad expression for TVM PrimExpr `e` (`env`: bound TVM vars by handle)."""
+        """The texpr_ad expression for TVM PrimExpr `e` (`env`: bound TVM vars by handle).
+
+        Iterative (an explicit stack), so expression depth is not bounded by Python's recursion
+        limit; a subexpression TVM shares is translated once."""
+        memo: dict[int, Expr] = {}
+        keep = [e]  # the wrappers whose handles key `memo` stay alive while it is used
+        stack: list[tuple[Any, bool]] = [(e, False)]
+        while stack:
+            x, ready = stack.pop()
+            if _key(x) in memo:
+                continue
+            kids = _operands(x)
+            if kids and not ready:
+                keep += kids
+                stack.append((x, True))
+                stack += [(k, False) for k in reversed(kids) if _key(k) not in memo]
+                continue
+            memo[_key(x)] = self._node(x, [memo[_key(k)] for k in kids], env, where)
+        return memo[_key(e)]
+
+    def _node(self, e: Any, args: list[Expr], env: dict[int, Expr], where: str) -> Expr:
+        """`e` in texpr_ad, given its operands (`_operands(e)`) translated."""
         if isinstance(e, (int, float, bool)):
             return te.const(e)
         kind = type(e).__name__
@@ -278,19 +299,13 @@ class _Translator:
         if kind == "Var":
             return self._var(e, env)
         if kind in _BINARY:
-            a, b = self.expr(e.a, env, where), self.expr(e.b, env, where)
-            return _fit(_BINARY[kind](a, b), _dtype(e))
-        if kind == "Not":
-            return te.logical_not(self.expr(e.a, env, where))
-        if kind == "BitwiseNot":
-            return te.bitwise_not(self.expr(e.a, env, where))
-        if kind == "Cast":
-            return self.expr(e.value, env, where).astype(_dtype(e))
+            return _fit(_BINARY[kind](*args), _dtype(e))
+        if kind in _UNARY:
+            return _UNARY[kind](args[0], _dtype(e))
         if kind == "Select":
-            return te.if_then_else(*(self.expr(x, env, where)
-                                     for x in (e.condition, e.true_value, e.false_value)))
+            return te.if_then_else(*args)
         if kind == "Call":
-            return self._call(e, env, where)
+            return self._call(e, args, where)
         raise TranslationError(f"op `{where}`: cannot translate the {kind} node `{e}`; texpr_ad "
                                "has no equivalent (supported: arithmetic, comparisons, logic, "
                                "casts, selects, tensor reads, reductions and math intrinsics)")
@@ -304,16 +319,64 @@ class _Translator:
             self.tvm_vars[h] = v
         return self.vars[h]
 
-    def _call(self, e: Any, env: dict[int, Expr], where: str) -> Expr:
+    def _call(self, e: Any, args: list[Expr], where: str) -> Expr:
         name = str(e.op.name)
         if name == "te.tensor_load":
-            t, *idx = list(e.args)
-            return self.tensor(t)(*(self.expr(i, env, where) for i in idx))
+            return self.tensor(e.args[0])(*args)
         fn = _INTRINSICS.get(name)
         if fn is None:
             raise TranslationError(f"op `{where}`: the intrinsic {name} in `{e}` has no texpr_ad "
                                    "equivalent; express it with supported intrinsics")
-        return _fit(fn(*(self.expr(a, env, where) for a in e.args)), _dtype(e))
+        return _fit(fn(*args), _dtype(e))
+
+
+def _key(x: Any) -> int:
+    """Identity of a TVM node (its handle: a fresh Python wrapper of the same node has the same
+    one) or of a Python number."""
+    return _handle(x) if hasattr(x, "__chandle__") else id(x)
+
+
+# TVM node class name -> its operands that translate first (by attribute)
+_OPERAND_FIELDS: dict[str, tuple[str, ...]] = {
+    **{k: ("a", "b") for k in _BINARY}, "Not": ("a",), "BitwiseNot": ("a",), "Cast": ("value",),
+    "Select": ("condition", "true_value", "false_value"),
+}
+
+# TVM unary node class name -> texpr_ad builder of (operand, result dtype)
+_UNARY: dict[str, Callable[[Expr, str], Expr]] = {
+    "Not": lambda a, d: te.logical_not(a), "BitwiseNot": lambda a, d: te.bitwise_not(a),
+    "Cast": lambda a, d: a.astype(d),
+}
+
+
+def _operands(e: Any) -> list[Any]:
+    """The TVM operands of `e` that `expr` translates before it (a tensor read: its indices)."""
+    kind = type(e).__name__
+    if kind == "Call":
+        args = list(e.args)
+        return args[1:] if str(e.op.name) == "te.tensor_load" else args
+    return [getattr(e, f) for f in _OPERAND_FIELDS.get(kind, ())]
+
+
+def _producers_first(op: Any, done: Callable[[int], bool]) -> list[Any]:
+    """The TVM ops `op` depends on (and `op`), producers first, skipping those `done(handle)`
+    says are translated (an explicit stack: a chain of stages is not bounded by Python's
+    recursion limit)."""
+    order: list[Any] = []
+    seen: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(op, False)]
+    while stack:
+        x, ready = stack.pop()
+        h = _handle(x)
+        if ready:
+            order.append(x)
+            continue
+        if h in seen or done(h):
+            continue
+        seen.add(h)
+        stack.append((x, True))
+        stack += [(t.op, False) for t in reversed(list(getattr(x, "input_tensors", [])))]
+    return order
 
 
 def _fit(x: Expr, dtype: str) -> Expr:

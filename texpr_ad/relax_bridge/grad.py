@@ -33,6 +33,7 @@ from .to_tvm import TranslationError, translate
 
 PREFIX = "tvm.relax.te_grad._register."
 NO_GRAD = "texpr_ad_no_grad"  # reserved te_grad_kwargs key: argument positions with zero adjoints
+CHECK_BOUNDS = "texpr_ad_check_bounds"  # reserved te_grad_kwargs key: False leaves reads unchecked
 
 _OPERATORS: dict[str, Callable[..., Any]] = {}  # te_grad_name -> operator function
 
@@ -140,7 +141,8 @@ def register(fte: Callable[..., Any], name: str | None = None) -> str:
 
 def derive(fte: Callable[..., Any], op: str, phs: list[Tensor], kwargs: dict[str, Any],
            no_grad: Sequence[int] = ()) -> tuple[list[Tensor], list[Tensor], list[Tensor | None]]:
-    """(outputs, heads, adjoints) of `fte` on `phs`; None for integer and `no_grad` inputs."""
+    """(outputs, heads, adjoints) of `fte` on `phs`; None for integer and `no_grad` inputs, and
+    for every input when no output is float (an integer-typed call gets no gradient)."""
     try:
         from ..deriv import grad
     except ImportError as e:  # the differentiator is part of texpr_ad; say what is missing
@@ -148,7 +150,7 @@ def derive(fte: Callable[..., Any], op: str, phs: list[Tensor], kwargs: dict[str
     outs, _ = as_outputs(fte(*phs, **kwargs), op)
     diff = [o for o in outs if dt.is_float(o.dtype)]
     if not diff:
-        raise BridgeError(f"operator {op!r} has no float output; there is nothing to differentiate")
+        return outs, [], [None] * len(phs)
     heads = [te.placeholder(o.shape, o.dtype, name=f"d_{o.name}") for o in diff]
     wrt = [x for k, x in enumerate(phs) if k not in no_grad]
     try:
@@ -180,10 +182,11 @@ def _make_handler(op: str) -> Callable[..., Any]:
         args = list(call.args[1].fields)
         kwargs = {str(k): to_python(v) for k, v in call.attrs.te_grad_kwargs.items()}
         no_grad = tuple(kwargs.pop(NO_GRAD, ()))
+        check_bounds = bool(kwargs.pop(CHECK_BOUNDS, True))
         phs, var_map = placeholders(args, op)
         outs, heads, grads = derive(fte, op, phs, kwargs, no_grad)
         return emit_gradient(ctx, op, args, phs, var_map, outs, heads, grads, orig_var,
-                             output_grad)
+                             output_grad, check_bounds)
 
     handler.__name__ = f"texpr_ad_grad_handler_{op}"
     return handler
@@ -191,10 +194,11 @@ def _make_handler(op: str) -> Callable[..., Any]:
 
 def emit_gradient(ctx: Any, op: str, args: Sequence[Any], phs: list[Tensor],
                   var_map: dict[Var, Any], outs: list[Tensor], heads: list[Tensor],
-                  grads: list[Tensor | None], orig_var: Any, output_grad: Any) -> Any:
+                  grads: list[Tensor | None], orig_var: Any, output_grad: Any,
+                  check_bounds: bool = True) -> Any:
     """Emit one PrimFunc computing one gradient per Relax argument in `args` (zeros where
     `grads` has None); returns the emitted Var (a tuple).  Forward outputs the adjoints
-    read come from `orig_var`, not recomputed."""
+    read come from `orig_var`, not recomputed; `check_bounds` as in `to_tvm.translate`."""
     from tvm import relax, te as tvm_te, tirx
     multi = isinstance(orig_var.ty, relax.TupleType)
     diff_idx = [k for k, o in enumerate(outs) if dt.is_float(o.dtype)]
@@ -214,7 +218,7 @@ def emit_gradient(ctx: Any, op: str, args: Sequence[Any], phs: list[Tensor],
         bind.update(zip(heads, ts[n:n + h], strict=True))
         bind.update(zip([o for _, o in fwd], ts[n + h:], strict=True))
         try:
-            tv = iter(translate(live, bind=bind, var_map=var_map))
+            tv = iter(translate(live, bind=bind, var_map=var_map, check_bounds=check_bounds))
         except TranslationError as e:
             raise BridgeError(f"operator {op!r}: {e}") from e
         res = []
@@ -238,5 +242,5 @@ def registered(name: str) -> Callable[..., Any] | None:
     return _OPERATORS.get(name)
 
 
-__all__ = ["BridgeError", "NO_GRAD", "PREFIX", "as_outputs", "derive", "emit_gradient",
+__all__ = ["BridgeError", "CHECK_BOUNDS", "NO_GRAD", "PREFIX", "as_outputs", "derive", "emit_gradient",
            "placeholders", "register", "registered", "to_python"]

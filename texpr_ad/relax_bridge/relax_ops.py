@@ -123,11 +123,14 @@ def no_grad_gradient(orig_var: Any, orig_call: Any, output_grad: Any, ctx: Any) 
 
 
 def derived_gradient(orig_var: Any, orig_call: Any, output_grad: Any, ctx: Any) -> list[Any]:
-    """FPrimalGradient derived from the te `orig_call` legalizes to (see the module doc)."""
+    """FPrimalGradient derived from the te `orig_call` legalizes to (see the module doc); a call
+    with no float output or no float argument (an integer-typed call) gets no gradient."""
     from tvm import relax
     from tvm.relax.op.grad import no_grad
     from .from_tvm import from_tvm
     from .to_tvm import TranslationError
+    if not (_has_float(orig_var.ty) and any(_has_float(a.ty) for a in orig_call.args)):
+        return no_grad_gradient(orig_var, orig_call, output_grad, ctx)
     op = str(orig_call.op.name)
     own = own_te.build(orig_call, orig_var, ctx.emit) if op in own_te.OWN_TE else None
     cap = capture(orig_call) if own is None else None
@@ -169,6 +172,14 @@ def derived_gradient(orig_var: Any, orig_call: Any, output_grad: Any, ctx: Any) 
                 total = ctx.emit(relax.op.add(total, t))
             partials.append(total)
     return partials
+
+
+def _has_float(ty: Any) -> bool:
+    """Whether Relax type `ty` (a tensor, or a tuple of them) holds a float tensor."""
+    fields = getattr(ty, "fields", None)
+    if fields is not None:
+        return any(_has_float(f) for f in fields)
+    return dt.is_float(str(getattr(ty, "dtype", "")))
 
 
 def _arg_position(v: Any, args: Sequence[Any]) -> tuple[int, int | None] | None:

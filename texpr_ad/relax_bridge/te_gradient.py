@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from ..deriv.adjoint import grad
 from ..te.expr import const
 from ..te.tensor import Tensor, compute
+from .args import BridgeArgumentError, as_list, is_tvm_tensor
 from .from_tvm import from_tvm
 from .to_tvm import TranslationError, translate
 
@@ -27,9 +28,11 @@ def te_gradient(output: Any, inputs: Sequence[Any], head: Any = None) -> list[An
     `head=None` gives the full Jacobian, shape `output.shape + input.shape`.  An integer input,
     or one `output` does not depend on, gets an exact-zero tensor of that shape.
     """
-    if hasattr(inputs, "op"):
-        raise TranslationError("te_gradient: inputs must be a list of tvm.te tensors; wrap a "
-                               "single one as [x]")
+    for what, t in (("output", output), ("head", head)):
+        if t is not None and not is_tvm_tensor(t):
+            raise BridgeArgumentError(f"te_gradient: {what} must be a tvm.te tensor, got "
+                                      f"{type(t).__name__}")
+    inputs = as_list(inputs, "te_gradient: inputs", is_tvm_tensor, "tvm.te tensor", single=False)
     roots = [output] if head is None else [output, head]
     res = from_tvm(roots)
     out = res[0]

@@ -32,6 +32,7 @@ Semantic points the translation takes care of:
 """
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -39,11 +40,16 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..errors import TexprError
+from ..kernels.kernel import KernelIndexError, index_error
+from ..kernels.render import read_site
+from .args import as_list, is_te_tensor
+from ..te.bounds import Verdict, dead, dim_verdict, facts, unproven_dims
 from ..te.dag import topo_order
 from ..te.intervals import interval
 from ..te.simplify import simplify
 from ..te.expr import Call, CommReducer, Const, Expr, IterVar, Read, Reduce, Var
 from ..te.ops import Op
+from ..te.printer import expr_str
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
 from ..te.visit import walk
 
@@ -149,16 +155,82 @@ def fit(x: Any, dtype: str) -> Any:
 
 # -- expression translation ------------------------------------------------------------
 
+def _operands(e: Expr) -> tuple[Expr, ...]:
+    """The operands `ExprTranslator` translates before `e` (a reduction is refused whole)."""
+    match e:
+        case Call(args=args):
+            return args
+        case Read(indices=idx):
+            return idx
+    return ()
+
+
+INDEX_CHECK = "texpr_ad.index_out_of_bounds"  # the global function a failed check calls
+
+
+def checked_index(index: Any, extent: Any, site: str) -> Any:
+    """TVM `index` where `0 <= index < extent`, else a call that raises KernelIndexError naming
+    `site` (lazy: `if_then_else` evaluates the call only when the index is out of range).
+
+    Reads the bounds prover cannot prove (indices computed from tensor values, symbolic dims)
+    get this check, as texpr_ad's own kernels do; `check_bounds=False` opts out.  The error
+    function is a Python global: a module exported and run without texpr_ad reports a missing
+    `texpr_ad.index_out_of_bounds` function instead (still an error, never a wild read).
+    """
+    tirx = _tvm().tirx
+    _register_index_check()
+    d = dtype_of(index)
+    ok = tirx.all(index >= tirx.const(0, d), index < extent)
+    return tirx.if_then_else(ok, index, tirx.call_packed(INDEX_CHECK, site, index, extent).astype(d))
+
+
+@functools.cache
+def _register_index_check() -> None:
+    import tvm_ffi
+    tvm_ffi.register_global_func(INDEX_CHECK, _index_out_of_bounds, override=True)
+    tvm_ffi.register_error("KernelIndexError", KernelIndexError)  # keeps its class through TVM
+
+
+def _index_out_of_bounds(site: str, index: int, extent: int) -> int:
+    raise index_error(IndexError(str(site), int(index), int(extent)))
+
+
 @dataclass
 class ExprTranslator:
-    """Translates expressions given variable bindings and how to read a tensor."""
+    """Translates expressions given variable bindings and how to read a tensor.
+
+    `checks` maps reads to the dims to check when the code runs (`te.bounds.unproven_dims`):
+    such an index becomes `checked_index(...)`, which raises a KernelIndexError naming the
+    read instead of reading outside the tensor.
+    """
 
     env: dict[Expr, Any]
     read: Callable[[Read, list[Any]], Any]
     stage: str
     reducers: dict[CommReducer, Any] = field(default_factory=dict)
+    checks: Mapping[Read, set[int]] = field(default_factory=dict)
 
     def __call__(self, e: Expr) -> Any:
+        """The TVM PrimExpr of `e`.  Iterative (an explicit stack), so expression depth is not
+        bounded by Python's recursion limit; a shared subexpression is translated once."""
+        memo: dict[int, tuple[Any, bool]] = {}  # id(node) -> (TVM expr, reads a tensor)
+        stack: list[tuple[Expr, bool]] = [(e, False)]
+        while stack:
+            x, ready = stack.pop()
+            if id(x) in memo:
+                continue
+            kids = _operands(x)
+            if kids and not ready:
+                stack.append((x, True))
+                stack += [(k, False) for k in reversed(kids) if id(k) not in memo]
+                continue
+            done = [memo[id(k)] for k in kids]
+            reads = isinstance(x, Read) or any(r for _, r in done)
+            memo[id(x)] = (self._node(x, [v for v, _ in done], [r for _, r in done]), reads)
+        return memo[id(e)][0]
+
+    def _node(self, e: Expr, args: list[Any], reads: list[bool]) -> Any:
+        """`e` in TVM, given its operands translated (`reads`: which of them read a tensor)."""
         tirx = _tvm().tirx
         match e:
             case Const(value=v, dtype=d):
@@ -168,20 +240,30 @@ class ExprTranslator:
                     raise TranslationError(f"stage {self.stage!r}: variable `{e}` is not bound here; "
                                            "symbolic dims must appear in an input's shape")
                 return self.env[e]
-            case Call(op=Op.SELECT, args=(c, a, b), dtype=d):
-                return tirx.if_then_else(self(c), fit(self(a), d), fit(self(b), d))
-            case Call(op=Op.CAST, args=(a,), dtype=d):
-                return self(a).astype(d)
-            case Call(op=op, args=(a,), dtype=d):
-                return fit(_unary_table()[op](self(a)), d)
-            case Call(op=op, args=(a, b), dtype=d):
-                return fit(_binary_table()[op](self(a), self(b)), d)
-            case Read(indices=idx):
-                return self.read(e, [self(i) for i in idx])
+            case Call(op=Op.SELECT, dtype=d):
+                return tirx.if_then_else(args[0], fit(args[1], d), fit(args[2], d))
+            case Call(op=Op.AND | Op.OR as op) if reads[1]:  # lazy right side, as in the IR
+                other = tirx.const(op is Op.OR, "bool")
+                return (tirx.if_then_else(args[0], args[1], other) if op is Op.AND else
+                        tirx.if_then_else(args[0], other, args[1]))
+            case Call(op=Op.CAST, dtype=d):
+                return args[0].astype(d)
+            case Call(op=op, dtype=d) if len(args) == 1:
+                return fit(_unary_table()[op](args[0]), d)
+            case Call(op=op, dtype=d) if len(args) == 2:
+                return fit(_binary_table()[op](*args), d)
+            case Read():
+                dims = self.checks.get(e, set())
+                return self.read(e, [self.checked(a, e.tensor.shape[d], read_site(e, d, self.stage))
+                                     if d in dims else a for d, a in enumerate(args)])
             case Reduce():
                 raise TranslationError(f"stage {self.stage!r}: reduction `{e}` nested inside an "
                                        "expression; te.compute splits these, build it with te.compute")
         raise TranslationError(f"stage {self.stage!r}: cannot translate `{e}`")
+
+    def checked(self, index: Any, extent: Expr, site: str) -> Any:
+        """`index`, checked against `[0, extent)` when the code runs (see `checked_index`)."""
+        return checked_index(index, fit(self(extent), dtype_of(index)), site)
 
     def shape(self, dims: Sequence[Expr]) -> list[Any]:
         return [fit(self(s), INDEX64) for s in dims]
@@ -214,8 +296,10 @@ class ExprTranslator:
 class _Dag:
     bound: dict[Tensor, Any]
     vars: dict[Var, Any]
+    check_bounds: bool = True
     stages: dict[int, list[Any]] = field(default_factory=dict)  # id(op) -> TVM outputs
     reducers: dict[CommReducer, Any] = field(default_factory=dict)
+    checks: dict[Read, set[int]] = field(default_factory=dict)  # the current stage's
 
     def tensor(self, t: Tensor) -> Any:
         return self.bound[t] if t in self.bound else self.stages[id(t.op)][t.value_index]
@@ -227,7 +311,16 @@ class _Dag:
         return self.tensor(r.tensor)(*idx)
 
     def translator(self, env: dict[Expr, Any], stage: str) -> ExprTranslator:
-        return ExprTranslator({**self.vars, **env}, self.read_compute, stage, self.reducers)
+        return ExprTranslator({**self.vars, **env}, self.read_compute, stage, self.reducers,
+                              self.checks)
+
+    def check(self, parts: Sequence[tuple[Expr, Sequence[Expr]]]) -> None:
+        """Set the reads of the next stage to check: those of `(expr, facts)` in `parts` that
+        te.bounds cannot prove in bounds (none with check_bounds=False)."""
+        self.checks = {}
+        for e, known in parts if self.check_bounds else ():
+            for r, dims in unproven_dims([e], known).items():
+                self.checks.setdefault(r, set()).update(dims)
 
 
 def _reduce_key(r: Reduce) -> tuple:
@@ -236,6 +329,7 @@ def _reduce_key(r: Reduce) -> tuple:
 
 def _compute(op: ComputeOp, dag: _Dag) -> list[Any]:
     """TVM tensors for each output of `op` (one TVM compute per reduction group)."""
+    dag.check([(b, ()) for b in op.body])
     groups: dict[Any, list[int]] = {}
     for k, b in enumerate(op.body):
         key = _reduce_key(b) if isinstance(b, Reduce) else ("plain",)
@@ -359,6 +453,11 @@ def _scatter(op: ScatterOp, dag: _Dag) -> Any:
                                    "supported; compute them in a stage of their own first")
     srcs = op.inputs
     shape = dag.translator({}, op.name).shape(op.shape)
+    parts = [(b, ()) for a in op.axis for b in (a.lo, a.extent)]
+    for u in op.updates:  # index and value are evaluated only where the condition holds
+        parts += [(u.condition, ()), *((e, facts(u.condition)) for e in (*u.index, u.value))]
+    dag.check(parts)
+    checks = dag.checks
 
     def fcompute(ins: Any, outs: Any) -> Any:
         bufs = {t: b for t, b in zip(srcs, ins, strict=True)}
@@ -374,14 +473,16 @@ def _scatter(op: ScatterOp, dag: _Dag) -> Any:
         env: dict[Expr, Any] = {}
         bounds = []
         for a in op.axis:
-            tr = ExprTranslator({**dag.vars, **env}, load, op.name)
+            tr = ExprTranslator({**dag.vars, **env}, load, op.name, checks=checks)
             v = tirx.Var(a.name, INDEX64)
             bounds.append((v, fit(tr(a.lo), INDEX64), fit(tr(a.extent), INDEX64)))
             env[a] = v
-        tr = ExprTranslator({**dag.vars, **env}, load, op.name)
+        tr = ExprTranslator({**dag.vars, **env}, load, op.name, checks=checks)
         adds = []
         for u in op.updates:
-            idx = [tr(i) for i in u.index]
+            idx = [tr.checked(tr(i), op.shape[d], _scatter_site(op, d, i))
+                   if dag.check_bounds and _target_unproven(op, u, d) else tr(i)
+                   for d, i in enumerate(u.index)]
             add: Any = tirx.BufferStore(
                 out, tirx.BufferLoad(out, idx) + fit(tr(u.value), op.dtype), idx)
             if not (isinstance(u.condition, Const) and u.condition.value is True):
@@ -394,6 +495,18 @@ def _scatter(op: ScatterOp, dag: _Dag) -> Any:
 
     return te.extern(shape, [dag.tensor(t) for t in srcs], fcompute, name=op.name,
                      dtype=op.dtype)
+
+
+def _target_unproven(op: ScatterOp, u: Any, d: int) -> bool:
+    """Dim `d` of update `u`'s target index is not proven inside the scatter's output."""
+    known = facts(u.condition)
+    return not dead(u.index, known) and \
+        dim_verdict(u.index[d], op.shape[d], known) is not Verdict.PROVEN
+
+
+def _scatter_site(op: ScatterOp, d: int, index: Expr) -> str:
+    return (f"stage {op.name}: a scatter index is out of bounds: {op.name}[...] dim {d}, "
+            f"index `{expr_str(index)}`")
 
 
 # -- public entry points --------------------------------------------------------------
@@ -420,19 +533,23 @@ def symbolic_vars(tensors: Sequence[Tensor]) -> list[Var]:
 
 
 def translate(outputs: Sequence[Tensor], bind: Mapping[Tensor, Any] | None = None,
-              var_map: Mapping[Var, Any] | None = None) -> list[Any]:
+              var_map: Mapping[Var, Any] | None = None, check_bounds: bool = True) -> list[Any]:
     """`tvm.te` tensors computing `outputs`.
 
     `bind` maps texpr_ad tensors (placeholders, or any stage to take as given,
     e.g. a forward output) to existing TVM tensors; other placeholders get a
     fresh `tvm.te.placeholder`.  `var_map` maps symbolic dims to TVM PrimExprs;
-    unmapped ones get a fresh int64 `tirx.Var`.
+    unmapped ones get a fresh int64 `tirx.Var`.  Reads and scatters the bounds prover
+    cannot prove in bounds (data-dependent indices) are checked when the code runs
+    (`checked_index`); `check_bounds=False` leaves them unchecked (a bad index then reads or
+    writes outside the buffer).
     """
     tvm = _tvm()
+    outputs = as_list(outputs, "translate(outputs=)", is_te_tensor, "texpr_ad te tensor")
     vars_ = dict(var_map or {})
     for v in symbolic_vars(outputs):
         vars_.setdefault(v, tvm.tirx.Var(v.name, INDEX64))
-    dag = _Dag(dict(bind or {}), vars_)
+    dag = _Dag(dict(bind or {}), vars_, check_bounds)
     for t in _order(outputs, dag.bound):
         if dag.has(t):
             continue
@@ -448,21 +565,22 @@ def translate(outputs: Sequence[Tensor], bind: Mapping[Tensor, Any] | None = Non
 
 
 def _order(outputs: Sequence[Tensor], stop: Mapping[Tensor, Any]) -> list[Tensor]:
-    """Producers before consumers, not looking behind tensors in `stop`."""
+    """Producers before consumers, not looking behind tensors in `stop` (an explicit stack:
+    a chain of stages is not bounded by Python's recursion limit)."""
     order: list[Tensor] = []
     seen: set[int] = set()
-
-    def visit(t: Tensor) -> None:
+    stack: list[tuple[Tensor, bool]] = [(t, False) for t in reversed(outputs)]
+    while stack:
+        t, done = stack.pop()
+        if done:
+            order.append(t)
+            continue
         if id(t) in seen:
-            return
+            continue
         seen.add(id(t))
+        stack.append((t, True))
         if t not in stop:
-            for s in t.op.inputs:
-                visit(s)
-        order.append(t)
-
-    for t in outputs:
-        visit(t)
+            stack += [(s, False) for s in reversed(t.op.inputs) if id(s) not in seen]
     return order
 
 
@@ -509,23 +627,30 @@ def _eval_int(e: Expr, env: Mapping[Expr, int]) -> int:
     raise ValueError(f"cannot evaluate shape `{e}`")
 
 
-def prim_func(outputs: Sequence[Tensor], inputs: Sequence[Tensor]) -> Any:
-    """A `tirx.PrimFunc` with parameters (*inputs, *outputs, *symbolic dims not in input shapes)."""
+def prim_func(outputs: Sequence[Tensor], inputs: Sequence[Tensor], check_bounds: bool = True) -> Any:
+    """A `tirx.PrimFunc` with parameters (*inputs, *outputs, *symbolic dims not in input shapes);
+    `check_bounds` as in `translate`."""
     tvm = _tvm()
-    outputs, inputs = list(outputs), list(inputs)
+    outputs = as_list(outputs, "outputs", is_te_tensor, "texpr_ad te tensor")
+    inputs = as_list(inputs, "inputs", is_te_tensor, "texpr_ad te tensor")
     missing = [t.name for t in topo_order(outputs)
                if isinstance(t.op, PlaceholderOp) and t not in inputs]
     if missing:
         raise TranslationError(f"the outputs read placeholder(s) {missing} that are not in inputs=")
     vars_ = {v: tvm.tirx.Var(v.name, INDEX64) for v in symbolic_vars([*outputs, *inputs])}
     ins = translate(inputs, var_map=vars_)
-    outs = translate(outputs, bind=dict(zip(inputs, ins, strict=True)), var_map=vars_)
+    outs = translate(outputs, bind=dict(zip(inputs, ins, strict=True)), var_map=vars_,
+                     check_bounds=check_bounds)
     free = [vars_[v] for v in vars_ if v not in _shape_vars(inputs)]
     return tvm.te.create_prim_func([*ins, *outs, *free])
 
 
-def build(outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str = "llvm") -> Built:
-    """Translate, `tvm.compile` and wrap `outputs` as a NumPy-in/NumPy-out callable."""
-    pf = prim_func(outputs, inputs)
+def build(outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str = "llvm",
+          check_bounds: bool = True) -> Built:
+    """Translate, `tvm.compile` and wrap `outputs` as a NumPy-in/NumPy-out callable
+    (`check_bounds` as in `translate`)."""
+    outputs = as_list(outputs, "outputs", is_te_tensor, "texpr_ad te tensor")
+    inputs = as_list(inputs, "inputs", is_te_tensor, "texpr_ad te tensor")
+    pf = prim_func(outputs, inputs, check_bounds)
     sym = symbolic_vars([*outputs, *inputs])
-    return Built(list(inputs), list(outputs), _tvm().compile(pf, target=target), pf, sym)
+    return Built(inputs, outputs, _tvm().compile(pf, target=target), pf, sym)

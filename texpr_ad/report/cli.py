@@ -102,23 +102,15 @@ class UsageError(TexprError, ValueError):
 
 def cmd_coverage(args: argparse.Namespace) -> int:
     from ..ops.registry import select
-    from .columns import select_columns
     from .coverage import previous_seconds, run_coverage
     from .render import RENDERERS, render_table
     from .term import Progress
 
+    columns = _check_coverage_args(args)
     entries = select(args.ops)
     if not entries:
         raise UsageError(f"--ops {args.ops!r} matches no operator")
-    try:
-        columns = select_columns(args.targets)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    if args.jobs < 1:
-        raise UsageError("--jobs must be >= 1")
-    base = Path(args.output or "")
-    if base.suffix in {".md", ".json", ".html"}:
-        base = base.with_suffix("")
+    base = _output_base(args, {".md", ".json", ".html"})
     formats = list(RENDERERS) if args.format == "table" else [args.format]
     paths = [base.with_name(base.name + RENDERERS[f][0]) for f in formats] if args.output else []
     _check_writable(paths)  # before the run, not after minutes of it
@@ -147,6 +139,29 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     return 1 if report.failures else 0
 
 
+def _check_coverage_args(args: argparse.Namespace) -> list[Any]:
+    """The options `coverage` and `coverage --relax` share, checked alike (UsageError);
+    returns the --targets columns."""
+    from .columns import select_columns
+    if not any(g.strip() for g in args.ops.split(",")):
+        raise UsageError(f"--ops {args.ops!r} names no operator; give globs like 'conv*,relu'")
+    try:
+        columns = select_columns(args.targets)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.output is not None and not args.output.strip():
+        raise UsageError("-o needs a path (got an empty one)")
+    return columns
+
+
+def _output_base(args: argparse.Namespace, suffixes: set[str]) -> Path:
+    """-o PATH without a report suffix (`out.md` and `out` name the same reports)."""
+    base = Path(args.output or "")
+    return base.with_suffix("") if base.suffix in suffixes else base
+
+
 def _check_writable(paths: Sequence[Path]) -> None:
     """Raise a UsageError unless every path in `paths` can be created or overwritten."""
     import tempfile
@@ -163,24 +178,29 @@ def _check_writable(paths: Sequence[Path]) -> None:
 
 def cmd_relax(args: argparse.Namespace) -> int:
     """`coverage --relax`: the Relax matrix (report/relax_matrix.py)."""
-    import importlib.util
-    if importlib.util.find_spec("tvm") is None:
-        raise UsageError("--relax needs apache-tvm (pip install 'texpr_ad[tvm]')")
-    from .relax_matrix import render_relax_json, render_relax_markdown, render_relax_table, \
-        run_relax_matrix, select_ops, summary_lines, write_relax_report
+    _check_coverage_args(args)
+    if args.format == "html":
+        raise UsageError("--relax writes md and json (--format table, md or json)")
+    _import_tvm()
+    from .relax_matrix import RELAX_RENDERERS, render_relax_json, render_relax_markdown, \
+        render_relax_table, run_relax_matrix, select_ops, summary_lines, write_relax_report
+    base = _output_base(args, {".md", ".json"})
+    formats = ["md", "json"] if args.format == "table" else [args.format]
+    if args.output:
+        _check_writable([base.with_name(base.name + RELAX_RENDERERS[f][0]) for f in formats])
     ops = select_ops(args.ops)
     if not ops:
         raise UsageError(f"--ops {args.ops!r} matches no Relax tensor op (e.g. 'relax.nn.*')")
-    if args.format == "html":
-        raise UsageError("--relax writes md and json (--format table, md or json)")
     from .term import Progress
     with Progress(enabled=not args.no_progress, what="relax") as progress:
         rep = run_relax_matrix(ops, progress=progress)
     if args.output:
-        base = Path(args.output)
-        base = base.with_suffix("") if base.suffix in {".md", ".json"} else base
-        formats = ["md", "json"] if args.format == "table" else [args.format]
-        for path in write_relax_report(rep, base, formats):
+        try:
+            written = write_relax_report(rep, base, formats)
+        except OSError as e:
+            raise UsageError(f"-o {args.output}: cannot write ({e.strerror or e}: "
+                             f"{e.filename})") from None
+        for path in written:
             print(f"wrote {path}", file=sys.stderr)
     if args.format == "table":
         print(render_relax_table(rep))
@@ -189,6 +209,20 @@ def cmd_relax(args: argparse.Namespace) -> int:
     else:
         print("\n".join(summary_lines(rep)))
     return 1 if rep.failures else 0
+
+
+def _import_tvm() -> None:
+    """Import tvm for --relax, or say in one line why it cannot be used (UsageError)."""
+    import importlib.util
+    if importlib.util.find_spec("tvm") is None:
+        raise UsageError("--relax needs apache-tvm (pip install 'texpr_ad[tvm]')")
+    try:
+        import tvm  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - a broken install fails in many ways
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise UsageError(f"--relax: importing tvm failed ({type(e).__name__}: {first}); the "
+                         "apache-tvm install is broken: reinstall it (pip install --force-reinstall "
+                         "'texpr_ad[tvm]')") from None
 
 
 # -- show --------------------------------------------------------------------------------------

@@ -12,28 +12,51 @@ def to_affine(e: Expr) -> Affine | None:
     """`e` as ({atom: coeff}, const) when it is a linear integer combination, else None.
 
     Atoms are variables and non-linear subterms (floordiv, reads, ...), in first-use order.
+    Iterative (an explicit stack, a shared subterm visited once), so the depth of `e` is not
+    bounded by Python's recursion limit.
     """
+    memo: dict[int, Affine | None] = {}
+    stack: list[tuple[Expr, bool]] = [(e, False)]
+    while stack:
+        x, ready = stack.pop()
+        if id(x) in memo:
+            continue
+        kids = _linear_args(x)
+        if kids and not ready:
+            stack.append((x, True))
+            stack += [(k, False) for k in kids if id(k) not in memo]
+            continue
+        memo[id(x)] = _combine(x, [memo[id(k)] for k in kids])
+    return memo[id(e)]
+
+
+def _linear_args(e: Expr) -> tuple[Expr, ...]:
+    """The operands `to_affine` folds into `e`'s form (none for an atom)."""
+    if dt.is_int(e.dtype) and isinstance(e, Call) and e.op in (Op.ADD, Op.SUB, Op.NEG, Op.MUL):
+        return e.args
+    return ()
+
+
+def _combine(e: Expr, forms: list[Affine | None]) -> Affine | None:
+    """`e`'s affine form from its operands' (`forms`, aligned with `_linear_args(e)`)."""
     if not dt.is_int(e.dtype):
         return None
-    match e:
-        case Const(value=v):
-            return {}, int(v)
-        case Call(op=Op.ADD | Op.SUB, args=(a, b)):
-            fa, fb = to_affine(a), to_affine(b)
-            if fa is None or fb is None:
-                return None
+    if isinstance(e, Const):
+        return {}, int(e.value)
+    if not forms:
+        return {e: 1}, 0
+    if any(f is None for f in forms):
+        return None
+    match e.op, forms:
+        case (Op.ADD | Op.SUB), [fa, fb]:
             s = 1 if e.op is Op.ADD else -1
             terms = dict(fa[0])
             for k, v in fb[0].items():
                 terms[k] = terms.get(k, 0) + s * v
             return {k: v for k, v in terms.items() if v}, fa[1] + s * fb[1]
-        case Call(op=Op.NEG, args=(a,)):
-            fa = to_affine(a)
-            return None if fa is None else ({k: -v for k, v in fa[0].items()}, -fa[1])
-        case Call(op=Op.MUL, args=(a, b)):
-            fa, fb = to_affine(a), to_affine(b)
-            if fa is None or fb is None:
-                return None
+        case Op.NEG, [fa]:
+            return {k: -v for k, v in fa[0].items()}, -fa[1]
+        case Op.MUL, [fa, fb]:
             if not fa[0]:
                 fa, fb = fb, fa
             if fb[0]:

@@ -25,6 +25,7 @@ Reads the kernels must check are reported by `unproven_dims`; `te.compute` rejec
 """
 from __future__ import annotations
 
+import time
 from enum import Enum
 from itertools import combinations
 from typing import Any, Iterator, Sequence
@@ -192,7 +193,12 @@ def guarded_reads(e: Expr, known: Sequence[Expr] = ()) -> Iterator[tuple[Read, t
 
 # -- the prover ---------------------------------------------------------------------------------
 
-BUDGET = 4000  # substitution steps per goal; past it the read is checked at run time
+# The prover's budget per read dim; past any of them the goal is unproven (RUNTIME: enumerated
+# if the domain is small and static, else checked when the kernel runs), never a hang.  The
+# registry and all Relax legalizations need at most ~250 steps and depth 16 (adaptive pooling).
+BUDGET = 1000  # substitution steps
+MAX_DEPTH = 24  # nested substitutions on one path (TOPI's reflect padding nests selects deeply)
+TIME_BUDGET = 0.5  # seconds: a backstop for huge expressions, where one step is already slow
 
 
 def _and(a: Verdict, b: Verdict) -> Verdict:
@@ -259,9 +265,16 @@ class _Prover:
 
     def __init__(self) -> None:
         self.steps = 0
+        self.depth = 0
+        self.deadline = time.monotonic() + TIME_BUDGET
+
+    def exhausted(self) -> bool:
+        return self.steps > BUDGET or self.depth > MAX_DEPTH or time.monotonic() > self.deadline
 
     def goal(self, e: Expr, known: Sequence[Expr]) -> Verdict:
         """`e >= 0` using the facts `known` (one at a time, or two)."""
+        if self.exhausted():
+            return Verdict.RUNTIME
         lin = [f for f in known if dt.is_int(f.dtype)]
         cands = [e, *(e - m * f for f in lin for m in _multiples(e, f))]
         if len(lin) <= MAX_PAIRS:
@@ -275,8 +288,15 @@ class _Prover:
 
     def prove(self, e: Expr, known: Sequence[Expr]) -> Verdict:
         self.steps += 1
-        if self.steps > BUDGET:
+        if self.exhausted():
             return Verdict.RUNTIME
+        self.depth += 1
+        try:
+            return self._prove(e, known)
+        finally:
+            self.depth -= 1
+
+    def _prove(self, e: Expr, known: Sequence[Expr]) -> Verdict:
         aff = to_affine(e)
         if aff is None:
             return Verdict.RUNTIME
@@ -358,12 +378,13 @@ def dead(idx: Sequence[Expr], known: Sequence[Expr]) -> bool:
 
 def dim_verdict(index: Expr, extent: Expr, known: Sequence[Expr] = ()) -> Verdict:
     """Is `0 <= index < extent` wherever the facts `known` hold (both sides proven)?  Where the
-    prover fails on constant bounds, a small domain is settled by enumerating it."""
+    prover fails (or runs out of budget) on constant bounds, a small domain is settled by
+    enumerating it."""
     p = _Prover()
     v = p.goal(index, known)
     if v is not Verdict.UNSAFE:
         v = _and(v, p.goal(extent - 1 - index, known))
-    if v is Verdict.UNSAFE and (e := enumerate_in_bounds(index, extent, known)) is not None:
+    if v is not Verdict.PROVEN and (e := enumerate_in_bounds(index, extent, known)) is not None:
         return Verdict.PROVEN if e else Verdict.UNSAFE
     return v
 
