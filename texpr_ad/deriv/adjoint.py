@@ -312,7 +312,8 @@ def grad(output: Tensor | Sequence[Tensor], inputs: Sequence[Tensor],
     adjoint then has shape P + input.shape.  `head=None` gives the full Jacobian
     (P = output.shape; TVM's old `te.gradient`).  Integer inputs get None; a
     float input the output does not depend on gets an exact-zero tensor.
-    Several outputs take a list of heads.
+    Several outputs take a list of heads; an output listed twice (or also an input) gets the
+    sum of its heads.
     """
     outs = list(output) if isinstance(output, (list, tuple)) else [output]
     check_tensors(outs, "output")
