@@ -303,9 +303,9 @@ def _index_put(call: Any, _: Any) -> tuple[list[Any], Callable[..., Any]]:
               for i in index]
     dims = _broadcast(shapes)
     domain = [te.const(d, "int64") for d in dims]
-    nv = math.prod(int(d) for d in values.ty.shape.values)
-    if nv != math.prod(dims):
-        raise BridgeError(f"relax.index_put: values {tuple(values.ty.shape.values)} have {nv} "
+    vshape = tuple(int(d) for d in values.ty.shape.values)
+    if math.prod(vshape) != math.prod(dims):
+        raise BridgeError(f"relax.index_put: values {vshape} have {math.prod(vshape)} "
                           f"elements, the indices broadcast to {tuple(dims)}; TVM 0.27 reads values "
                           "flat over that shape, so broadcast values to it first")
 

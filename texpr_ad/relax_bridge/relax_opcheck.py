@@ -69,18 +69,16 @@ def loss_module(key: str) -> tuple[Any, list[int]]:
     call = bb.normalize(s.build(*params))
     ty = call.ty
     out_tys = list(ty.fields) if isinstance(ty, relax.TupleType) else [ty]
-    # no head for an output of data-dependent shape (nonzero, unique): its plain sum
     heads = [relax.Var(f"head{k}", relax.TensorType(t.shape, "float64"))
-             if t.shape is not None else None for k, t in enumerate(out_tys)]
-    with bb.function("main", [*params, *[h for h in heads if h is not None], z]):
+             for k, t in enumerate(out_tys)]
+    with bb.function("main", [*params, *heads, z]):
         with bb.dataflow():
             y = bb.emit(s.build(*params))
             loss = bb.emit(relax.op.sum(z))
             for k, h in enumerate(heads):
                 yk = bb.emit(relax.TupleGetItem(y, k)) if len(out_tys) > 1 else y
                 yk = bb.emit(relax.op.astype(yk, "float64"))
-                term = yk if h is None else relax.op.multiply(yk, h)
-                loss = bb.emit(relax.op.add(loss, relax.op.sum(term)))
+                loss = bb.emit(relax.op.add(loss, relax.op.sum(relax.op.multiply(yk, h))))
             out = bb.emit_output(loss)
         bb.emit_func_output(out)
     skip = [call.args[k] for k in NO_GRAD_ARGS.get(op_of(key), ()) if k < len(call.args)]

@@ -2,8 +2,9 @@
 
 `run_relax_matrix()` (needs apache-tvm; imports `texpr_ad.relax_bridge` lazily):
 
-1. classifies every Relax tensor op (stock gradient / derivable from pure te / no-grad /
-   handled by the pass / not derivable, with the reason);
+1. classifies every Relax tensor op (stock gradient / derivable from pure te or from texpr_ad's
+   own te (`relax_bridge/own_te.py`) / no-grad / handled by the pass / not derivable, with the
+   reason);
 2. checks every op with a hand-written gradient (and the variants where TVM's were found
    wrong) through `Gradient` + `tvm.compile(llvm)` + VM against central differences, then the
    derived gradient installed in its place, and how far the two gradients differ;
@@ -82,15 +83,16 @@ def run_relax_matrix(ops: list[str] | None = None, compare: bool = True,
     """The Relax matrix over `ops` (default: every tensor op and every variant)."""
     from ..relax_bridge import relax_ops as ro
     from ..relax_bridge import relax_opcheck as oc
-    from ..relax_bridge.relax_samples import KINK_CONVENTIONS, SAMPLES, TVM_DEFECTS, VARIANTS, \
-        op_of
+    from ..relax_bridge.relax_samples import KINK_CONVENTIONS, NO_SAMPLE, SAMPLES, TVM_DEFECTS, \
+        VARIANTS, op_of
     t0 = time.perf_counter()
     names = ops or ro.tensor_ops() + sorted(VARIANTS)
     classes = {op: ro.classify(op) for op in {op_of(n) for n in names}}
     rows = []
     for name in names:
         c = classes[op_of(name)]
-        note = TVM_DEFECTS.get(name, "") or KINK_CONVENTIONS.get(name, "")
+        note = TVM_DEFECTS.get(name, "") or KINK_CONVENTIONS.get(name, "") or (
+            f"not checked: {NO_SAMPLE[name]}" if name in NO_SAMPLE and c.kind == "no-grad" else "")
         rows.append(RelaxRow(name, c.kind, c.reason, note=note))
     by_name = {r.op: r for r in rows}
     testable = [r for r in rows if r.op in SAMPLES or r.op in VARIANTS]
