@@ -81,9 +81,11 @@ class CustomOp:
                                          f"convert it with .astype(...)") from None
         try:
             out = self.fn(*ins)
-        except TexprError as e:  # the definition rejects these shapes: say which call it was
+        except Exception as e:  # the definition rejects these shapes (a TexprError) or fails on
+            # them (`A.shape[1]` of a 1-d array): say which call it was
             shapes = ", ".join(f"{n} {s}:{np.dtype(d)}" for n, (s, d) in zip(names, key, strict=True))
-            raise ArrayArgumentError(f"{self.name} called with {shapes}: {e}") from e
+            why = e if isinstance(e, TexprError) else f"its te function raised {type(e).__name__}: {e}"
+            raise ArrayArgumentError(f"{self.name} called with {shapes}: {why}") from e
         outs = list(out) if isinstance(out, (list, tuple)) else [out]
         bad = [type(o).__name__ for o in outs if not isinstance(o, Tensor)]
         if bad or not outs:

@@ -418,5 +418,191 @@ def test_bad_arrays_at_kernels_raise_texpr_errors(family: str) -> None:
                                  f"{res.stdout[-3000:]}\n{res.stderr[-6000:]}")
 
 
+# -- bad arguments at the PyTorch and JAX ops (in a child process too) ----------------------------
+
+def _frontend_defs() -> dict[str, Callable[..., Any]]:
+    """A reduction, a gather by index data, and an integer output next to a float one."""
+    def mm(A, W):
+        k = te.reduce_axis((0, 4), name="k")
+        return te.compute((A.shape[0], W.shape[1]), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), name="mm")
+
+    def gather(T, idx):
+        return te.compute((idx.shape[0], 3), lambda i, j: T[idx[i], j] * 2.0, name="rows")
+
+    def sign(x):
+        return [te.compute(x.shape, lambda i: (x[i] > 0).astype("int32"), name="sign"),
+                te.compute(x.shape, lambda i: x[i] * x[i], name="square")]
+    return {"mm": mm, "gather": gather, "sign": sign}
+
+
+def _frontend_args(which: str, n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(n)
+    return {"mm": [rng.standard_normal((n, 4)), rng.standard_normal((4, 2))],
+            "gather": [rng.standard_normal((5, 3)), rng.integers(0, 5, n)],
+            "sign": [rng.standard_normal(n)]}[which]
+
+
+FRONT_DTYPES = ["float32", "float64", "int32", "int64", "bool", "uint8", "float16", "bfloat16", "complex64"]
+NOT_ARRAYS = [1.0, 2, True, None, "x", (1.0, 2.0), [1.0, 2.0], object(), {"a": 1}]
+FRONT_KINDS = ["ok", "shape", "rank", "dtype", "not a tensor", "keyword", "count", "layout", "empty",
+               "device", "index data", "grad"]
+
+
+class Framework:
+    """How one front end makes arguments, calls an op and differentiates it."""
+
+    def __init__(self, name: str):
+        self.name = name
+        if name == "torch":
+            import torch
+            import texpr_ad.torch as front
+            self.lib, self.front = torch, front
+        else:
+            import jax
+            import texpr_ad.jax as front
+            jax.config.update("jax_enable_x64", True)
+            self.lib, self.front = jax, front
+        self.ops = {k: front.custom_op(f, name=f"fuzz_{k}") for k, f in _frontend_defs().items()}
+
+    def tensor(self, a: np.ndarray, dtype: str, kind: str, d: Draw) -> Any:
+        if self.name == "torch":
+            t = self.lib.from_numpy(np.ascontiguousarray(a)).to(getattr(self.lib, dtype))
+            if kind == "layout" and t.dim() >= 1:  # same values, another layout
+                return _pick(d, [lambda t: t.t().contiguous().t() if t.dim() == 2 else t[::1],
+                                 lambda t: t.flip(0).flip(0), lambda t: self.lib.stack([t, t])[0],
+                                 lambda t: t.unsqueeze(0).expand(2, *t.shape)[1]])(t)
+            return t.to("meta") if kind == "device" else t
+        jnp = self.lib.numpy
+        if kind == "layout":  # NumPy arrays with negative or Fortran strides
+            b = np.asfortranarray(a.astype(dtype)) if a.ndim == 2 else a.astype(dtype)[::-1][::-1]
+            return b
+        return jnp.asarray(a, dtype=getattr(jnp, dtype))
+
+    def call(self, op: Any, args: list[Any], kw: dict[str, Any]) -> list[np.ndarray] | None:
+        outs = op(*args, **kw)
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        if self.name == "torch" and any(o.device.type == "meta" for o in outs):
+            return None  # all-meta inputs: shapes only (tests/frontends checks them)
+        return [np.asarray(o.detach().numpy() if self.name == "torch" else o) for o in outs]
+
+    def grads(self, op: Any, args: list[Any], float_in: list[int]) -> list[np.ndarray]:
+        """Gradients of the sum of the float outputs w.r.t. the float arguments."""
+        def loss(outs: Any) -> Any:
+            outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+            return sum(o.sum() for o in outs if o.dtype.is_floating_point) if self.name == "torch" else \
+                sum(o.sum() for o in outs if self.lib.numpy.issubdtype(o.dtype, self.lib.numpy.floating))
+        if self.name == "torch":
+            wrt = [args[k].detach().requires_grad_() for k in float_in]
+            full = list(args)
+            for k, w in zip(float_in, wrt):
+                full[k] = w
+            return [g.numpy() for g in self.lib.autograd.grad(loss(op(*full)), wrt)]
+        f = self.lib.grad(lambda *ws: loss(op(*[ws[float_in.index(k)] if k in float_in else a
+                                                    for k, a in enumerate(args)])),
+                          argnums=tuple(range(len(float_in))))
+        return [np.asarray(g) for g in f(*[args[k] for k in float_in])]
+
+
+def _reference(op: Any, arrays: list[np.ndarray], grads: bool) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The core's answer on the same values: te.evaluate of the definition (and of its adjoints)."""
+    ins, outs = op.core.define([(a.shape, a.dtype) for a in arrays])
+    feed = dict(zip(ins, arrays))
+    ys = te.evaluate(outs, feed)
+    if not grads:
+        return ys, []
+    p = op.core.pullback([(a.shape, a.dtype) for a in arrays])
+    feed.update({h: np.ones(h_shape, h.dtype) for h, h_shape in
+                 ((h, tuple(int(s) for s in h.shape)) for h in p.heads)})
+    live = [a for a in p.adjoints if a is not None]
+    got = iter(te.evaluate(live, feed) if live else [])
+    return ys, [next(got) if a is not None else np.zeros_like(x) for a, x in zip(p.adjoints, arrays)
+                if x.dtype.kind == "f"]
+
+
+def _close(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype, (what, got.shape, got.dtype, want.shape,
+                                                                 want.dtype)
+    tol = 1e-4 if got.dtype == np.float32 else 1e-9
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=what)
+
+
+def documented(fw: Framework, e: BaseException) -> bool:
+    """A TexprError, or (JAX) a kernel's run-time error out of the callback, holding its message."""
+    if isinstance(e, ta.TexprError):
+        return True
+    return fw.name == "jax" and type(e).__name__ == "JaxRuntimeError" and "KernelIndexError" in str(e)
+
+
+def bad_frontend_call(d: Draw, fw: Framework, kind: str) -> None:
+    which = _pick(d, list(fw.ops))
+    op, n = fw.ops[which], _ints(d, 1, 3)
+    arrays = _frontend_args(which, n)
+    dtypes = [str(a.dtype) for a in arrays]
+    hit = _ints(d, 0, len(arrays) - 1)  # the argument the mistake is made on
+    if kind == "shape":
+        arrays[hit] = np.resize(arrays[hit], tuple(max(s + _ints(d, -2, 2), 0) for s in arrays[hit].shape))
+    elif kind == "rank":
+        arrays[hit] = arrays[hit][..., None] if _ints(d, 0, 1) else arrays[hit].reshape(-1)[:1].reshape(())
+    elif kind == "dtype":
+        dtypes[hit] = _pick(d, FRONT_DTYPES)
+    elif kind == "empty":
+        arrays[hit] = np.zeros((0,) * arrays[hit].ndim, arrays[hit].dtype)
+    elif kind == "index data" and which == "gather":
+        arrays[1] = np.random.default_rng(n).choice([-1, 5, 2**31 - 1, 7], n)
+    args: list[Any] = [fw.tensor(a, t, kind if k == hit else "ok", d)
+                       for k, (a, t) in enumerate(zip(arrays, dtypes))]
+    kw: dict[str, Any] = {}
+    if kind == "not a tensor":
+        args[hit] = _pick(d, NOT_ARRAYS + ([np.ones(3)] if fw.name == "torch" else []))
+    elif kind == "keyword":
+        kw = {_pick(d, ["W", "idx", "x", "nope"]): args.pop()}
+    elif kind == "count":
+        args = args[:-1] if _ints(d, 0, 1) else args + args[:1]
+    note(f"{fw.name} {which} {kind}: " + ", ".join(repr(a)[:60] for a in args) + f" {list(kw)}")
+    try:
+        got = fw.call(op, args, kw)
+    except Exception as e:  # noqa: BLE001 - the point: anything undocumented is a finding
+        assert documented(fw, e), f"{which} {kind}: {type(e).__module__}.{type(e).__name__}: {str(e)[:300]}"
+        return
+    if got is None:
+        return
+    values = [np.asarray(a.numpy() if hasattr(a, "numpy") and fw.name == "torch" else a) for a in args]
+    float_in = [k for k, v in enumerate(values) if v.dtype.kind == "f"]
+    want, wgrads = _reference(op, values, kind in ("ok", "grad", "layout", "empty") and bool(float_in))
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        _close(g, w, f"{which} {kind}: output {k}")
+    if wgrads:
+        for k, (g, w) in enumerate(zip(fw.grads(op, args, float_in), wgrads, strict=True)):
+            _close(g, w, f"{which} {kind}: gradient {k}")
+
+
+def child_front_end(framework: str) -> None:
+    fw = Framework(framework)
+    for kind in FRONT_KINDS:  # each kind of mistake gets its share of examples
+        @settings(FUZZ, max_examples=12)
+        @given(st.data())
+        def run(d: Draw) -> None:
+            bad_frontend_call(d, fw, kind)
+
+        run()
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_bad_arguments_at_front_ends_raise_texpr_errors(framework: str) -> None:
+    """Random bad arguments at the PyTorch and JAX ops (types, keywords, counts, shapes, ranks,
+    dtypes, layouts, 0-size, meta next to CPU, out-of-range index data): either the core's answer
+    (te.evaluate of the definition, and of its adjoints) or a TexprError (JAX: a kernel's run-time
+    error is JaxRuntimeError holding its message, as documented); in a child process."""
+    pytest.importorskip(framework)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, __file__, "front end", framework], capture_output=True,
+                         text=True, timeout=600, env=env)
+    assert res.returncode == 0, (f"child exited with {res.returncode} (negative: killed by a signal)\n"
+                                 f"{res.stdout[-3000:]}\n{res.stderr[-6000:]}")
+
+
 if __name__ == "__main__":
-    child_bad_arrays(sys.argv[1])
+    if sys.argv[1] == "front end":
+        child_front_end(sys.argv[2])
+    else:
+        child_bad_arrays(sys.argv[1])

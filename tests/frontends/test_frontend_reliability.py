@@ -75,6 +75,20 @@ def test_reference_evaluator_on_an_empty_output_with_a_reduction():
     assert y.shape == (0, 2) and y.dtype == np.float64
 
 
+def _matmul(A, W):
+    k = te.reduce_axis((0, 4), name="k")
+    return te.compute((A.shape[0], W.shape[1]), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), name="mm")
+
+
+def test_a_te_function_failing_on_the_arguments_shapes_names_the_call():
+    """Found by the front-end fuzz: a 0-dim argument made the te function's own `A.shape[0]`
+    raise IndexError out of custom_op and both front ends (torch: inside its dispatcher)."""
+    op = ta.custom_op(_matmul, name="mm")
+    with pytest.raises(ta.ArrayArgumentError, match=r"mm called with A \(\):float64, W \(4, 2\):float64: "
+                                                    r"its te function raised IndexError: tuple index out of range"):
+        op(np.float64(0.5), np.ones((4, 2)))
+
+
 # -- PyTorch ------------------------------------------------------------------------------------
 
 class _Stand:
