@@ -374,6 +374,21 @@ def test_jax_64_bit_saved_intermediate_with_x64_off():
             jax.grad(lambda x: op(x).sum())(x)
 
 
+def test_jax_numpy_float64_arguments_with_x64_off_are_taken_as_float32():
+    """As JAX functions do (a member of the x64 class that already worked; kept working now that
+    the op checks its arguments before jax.custom_vjp converts them)."""
+    jax = pytest.importorskip("jax")
+    import texpr_ad.jax as tj
+    op = tj.custom_op(_scaled, name="scaled")
+    with jax.enable_x64(False):
+        y = op(np.arange(3.0), np.ones(3))
+        assert y.dtype == np.float32
+        np.testing.assert_allclose(y, [0.0, 2.0, 4.0])
+        g = tj.custom_op(lambda t, idx: te.compute(idx.shape, lambda i: t[idx[i]] * 2.0, name="g"),
+                         name="gather")(np.arange(4.0), np.array([3, 0], np.int64))
+        assert g.dtype == np.float32 and g.tolist() == [6.0, 0.0]
+
+
 def test_jax_export_with_a_symbolic_dim_is_a_clear_error(jax):
     """Before: InconclusiveDimensionOperation ('Symbolic dimension n used in a context that
     requires a constant'), naming neither the op nor the argument."""
