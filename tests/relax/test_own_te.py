@@ -154,5 +154,6 @@ def test_unsupported_calls_say_what_to_do() -> None:
     assert "relax.scatter_elements: reduction='mul'" in msg and "'update', 'add'" in msg
     msg = _gradient_error(lambda x, k, v: relax.op.index_put(x, relax.Tuple([k]), v),
                           (4,), [3], (1,))
-    assert "values (1,) have 1 elements" in msg and "broadcast values" in msg
+    assert "values of shape (1,) give 1 value(s) for the 3 positions" in msg
+    assert "broadcast values to (3,) first" in msg
 

@@ -305,9 +305,10 @@ def _index_put(call: Any, _: Any) -> tuple[list[Any], Callable[..., Any]]:
     domain = [te.const(d, "int64") for d in dims]
     vshape = tuple(int(d) for d in values.ty.shape.values)
     if math.prod(vshape) != math.prod(dims):
-        raise BridgeError(f"relax.index_put: values {vshape} have {math.prod(vshape)} "
-                          f"elements, the indices broadcast to {tuple(dims)}; TVM 0.27 reads values "
-                          "flat over that shape, so broadcast values to it first")
+        raise BridgeError(f"relax.index_put: values of shape {vshape} give {math.prod(vshape)} "
+                          f"value(s) for the {math.prod(dims)} positions the indices broadcast to "
+                          f"{tuple(dims)}; TVM 0.27 reads values flat over those positions, so "
+                          f"broadcast values to {tuple(dims)} first")
 
     def value(V: Tensor, u: Sequence[Expr]) -> Expr:
         return V[unravel_index(ravel_index(u, domain), V.shape)]

@@ -9,8 +9,11 @@ Each derived `FPrimalGradient` works per call: `fgrad(orig_var, orig_call, outpu
 legalizes `orig_call` itself (its own shapes and attributes), translates the te with
 `from_tvm`, derives the adjoints with `texpr_ad.deriv`, and emits them with
 `grad.emit_gradient` (one `call_tir` for all arguments; adjoints that read the forward's
-output get `orig_var`).  Integer/bool-output ops and `relax.grad.no_grad` get a no-grad
-gradient (`no_grad` of every argument), so the pass no longer aborts on them.  TVM's
+output get `orig_var`).  Ops TVM legalizes to te.extern, packed functions or nothing take
+texpr_ad's own te instead (`own_te.OWN_TE`), derived and emitted the same way.
+Integer/bool-output ops, `relax.grad.no_grad` and the index/count/selection ops of
+`own_te.NO_GRAD` get a no-grad gradient (`no_grad` of every argument), so the pass no longer
+aborts on them.  TVM's
 conventions for float arguments (`relax_samples.NO_GRAD_ARGS`) are kept.
 """
 from __future__ import annotations
@@ -244,9 +247,10 @@ def register_missing_gradients(ops: str | Iterable[str] | None = None,
     """Register an `FPrimalGradient` for every Relax tensor op that has none (or only `ops`:
     op names, or one).
 
-    Ops whose legalization is pure te get a derived gradient; integer/bool-output ops and
-    `relax.grad.no_grad` get a no-grad one; the others (extern, packed functions, no
-    legalization) are left alone and listed with the reason.  `override=True` also replaces
+    Ops whose legalization is pure te, or that texpr_ad defines itself (`own_te`), get a derived
+    gradient (and the ops TVM 0.27 cannot compile a legalization from the same te);
+    integer/bool-output ops, `relax.grad.no_grad` and `own_te.NO_GRAD` get a no-grad one; the
+    others are left alone and listed with the reason.  `override=True` also replaces
     the hand-written gradients (at a higher level).  Calling it again is harmless.
     """
     import tvm
