@@ -39,7 +39,12 @@ The summary gives the geometric mean texpr_ad / torch of each comparison over th
 and over the plain rows, the worst row of each, and plain / registry training-step time per
 operator (from the same interleaved runs).
 
-Options: --only NAME[,NAME], --repeat N, --target cpu|cuda, --quick, --no-compile, --no-plain.
+`--user` adds bench/user_ops.py's section after these rows: operators from real models written
+plainly in te and trained through `texpr_ad.torch`, against PyTorch eager and `torch.compile`
+(`python -m bench.user_ops` runs that section alone).
+
+Options: --only NAME[,NAME], --repeat N, --target cpu|cuda, --quick, --no-compile, --no-plain,
+--user.
 """
 from __future__ import annotations
 
@@ -71,7 +76,7 @@ COMPARISONS = ("fwd", "step", "bwd")
 Call = Callable[[], Any]
 
 
-def _set_threads() -> None:
+def set_threads() -> None:
     from texpr_ad.kernels.numba_cpu import start_threads
     start_threads()  # first: Numba's threads with texpr_ad's OpenMP settings (see there)
     import numba
@@ -206,7 +211,7 @@ def run_workload(name: str, quick: bool, repeat: int, target: str, with_plain: b
 
 def compile_probe(names: Sequence[str], quick: bool, target: str) -> None:
     """Print one JSON line per formulation: seconds to the first result, minus one steady call."""
-    _set_threads()
+    set_threads()
     from bench import plain
     from bench.vjp import vjp
     import texpr_ad as ta
@@ -364,6 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--plain", action=argparse.BooleanOptionalAction, default=True,
                     help="include the plain-te formulations (rows NAME:plain; default: yes)")
     ap.add_argument("--no-jax", action="store_true", help="do not time JAX even if installed")
+    ap.add_argument("--user", action="store_true",
+                    help="then the user-op section (bench/user_ops.py: te vs eager vs torch.compile)")
     ap.add_argument("--compile-probe", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     names = list(WORKLOADS) if not a.only else [n.strip() for n in a.only.split(",") if n.strip()]
@@ -374,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         compile_probe(names, a.quick, a.target)
         return 0
     names = list(dict.fromkeys(n.removesuffix(":plain") for n in names))
-    _set_threads()
+    set_threads()
     jax = available() and not a.no_jax
     import torch
     print(f"texpr_ad bench: target={a.target}, threads={THREADS}, repeat={a.repeat}, "
@@ -393,6 +400,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print_row(r, comp)
         rows.extend(got)
     print_summary(rows)
+    if a.user:
+        from bench import user_ops
+        print()
+        user_ops.run(list(user_ops.USER_OPS), a.quick, a.repeat)
     return 0
 
 

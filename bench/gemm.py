@@ -25,8 +25,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.gemm", description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=20)
     args = ap.parse_args()
-    from bench.__main__ import _set_threads, blas_line
-    _set_threads()
+    from bench.__main__ import set_threads, blas_line
+    set_threads()
     import torch
     from texpr_ad.kernels import gemm_f32
     from texpr_ad.kernels.numba_cpu import blas_stack_matmul as blas
