@@ -77,15 +77,16 @@ def test_reference_evaluator_on_an_empty_output_with_a_reduction():
 
 def _matmul(A, W):
     k = te.reduce_axis((0, 4), name="k")
-    return te.compute((A.shape[0], W.shape[1]), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), name="mm")
+    return te.compute((A.shape[0], W.shape[1]), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k),
+                      name="mm")
 
 
 def test_a_te_function_failing_on_the_arguments_shapes_names_the_call():
     """Found by the front-end fuzz: a 0-dim argument made the te function's own `A.shape[0]`
     raise IndexError out of custom_op and both front ends (torch: inside its dispatcher)."""
     op = ta.custom_op(_matmul, name="mm")
-    with pytest.raises(ta.ArrayArgumentError, match=r"mm called with A \(\):float64, W \(4, 2\):float64: "
-                                                    r"its te function raised IndexError: tuple index out of range"):
+    want = r"mm called with A \(\):float64, W \(4, 2\):float64: its te function raised IndexError"
+    with pytest.raises(ta.ArrayArgumentError, match=want):
         op(np.float64(0.5), np.ones((4, 2)))
 
 
@@ -107,13 +108,13 @@ def test_torch_a_cpu_tensor_next_to_a_meta_one_is_a_device_error():
     cpu, meta = torch.ones(3), torch.ones(3, device="meta")
     with pytest.raises(RuntimeError, match="is not on the expected device"):
         torch.mul(cpu, meta)  # PyTorch's own ops: a RuntimeError
-    for args, (bad, dev, good, gdev) in [((cpu, meta), ("argument 1 ('y')", "meta", "argument 0 ('x')", "cpu")),
-                                         ((meta, cpu), ("argument 1 ('y')", "cpu", "argument 0 ('x')", "meta"))]:
+    for args, (dev, gdev) in [((cpu, meta), ("meta", "cpu")), ((meta, cpu), ("cpu", "meta"))]:
         with pytest.raises(tt.TorchDeviceError) as e:
             op(*args)
         assert isinstance(e.value, RuntimeError) and isinstance(e.value, ta.TexprError)
-        assert f"{op.name}: expected all tensors on one device, but {bad} is on {dev} and {good} on {gdev}" \
-            in str(e.value), str(e.value)
+        want = (f"{op.name}: expected all tensors on one device, but argument 1 ('y') is on {dev} "
+                f"and argument 0 ('x') on {gdev}; move them to one device")
+        assert want in str(e.value), str(e.value)
     # the backward op too: a cotangent on another device than the saved tensors
     x = torch.ones(3, requires_grad=True)
     with pytest.raises(tt.TorchDeviceError, match="cotangent 0 is on meta"):
@@ -145,7 +146,7 @@ def test_torch_cpu_next_to_cuda_and_devices_without_kernels():
                                                   r"\('x'\) on cuda:0"):
         op._device((), [_Stand("cuda:0"), _Stand("cuda:1")])
     assert op._device((), [_Stand("cuda:0"), _Stand("cuda:0")]) == torch.device("cuda:0")
-    with pytest.raises(tt.TorchDeviceError, match=r"got tensors on xpu; texpr_ad ops run on CPU and CUDA"):
+    with pytest.raises(tt.TorchDeviceError, match=r"on xpu; texpr_ad ops run on CPU and CUDA"):
         tt._on_cuda(torch.device("xpu"), op.name)
 
 
@@ -196,15 +197,18 @@ def test_torch_keyword_and_miscounted_arguments():
             op(*[torch.ones(3)] * n)
 
 
-@pytest.mark.parametrize("dtype,fix", [("float16", "compute in float32"), ("bfloat16", "compute in float32"),
-                                       ("complex64", "pass the real and imaginary parts")])
+HALF_AND_COMPLEX = [("float16", "compute in float32"), ("bfloat16", "compute in float32"),
+                    ("complex64", "pass the real and imaginary parts")]
+
+
+@pytest.mark.parametrize("dtype,fix", HALF_AND_COMPLEX)
 def test_torch_dtypes_the_kernels_do_not_compute_in(dtype, fix):
     """Before: float16 was a ScheduleError naming a placeholder, not the op or argument."""
     torch = pytest.importorskip("torch")
     import texpr_ad.torch as tt
     op = tt.custom_op(_scaled, name=_name("scaled"))
-    with pytest.raises(ta.OpArgumentError, match=rf"{op.name}: argument 0 \('x'\) has dtype {dtype}, which "
-                                                 rf"texpr_ad kernels do not compute in; {fix}"):
+    with pytest.raises(ta.OpArgumentError, match=rf"{op.name}: argument 0 \('x'\) has dtype {dtype}, "
+                                                 rf"which texpr_ad kernels do not compute in; {fix}"):
         op(torch.ones(3, dtype=getattr(torch, dtype)), torch.ones(3))
 
 
@@ -309,8 +313,7 @@ def test_jax_takes_numpy_arrays_and_refuses_keywords(jax):
         op(jnp.ones(3))
 
 
-@pytest.mark.parametrize("dtype,fix", [("float16", "compute in float32"), ("bfloat16", "compute in float32"),
-                                       ("complex64", "pass the real and imaginary parts")])
+@pytest.mark.parametrize("dtype,fix", HALF_AND_COMPLEX)
 def test_jax_dtypes_the_kernels_do_not_compute_in(jax, dtype, fix):
     """Before: bfloat16 was reported as dtype '|V2'; float16 a JaxRuntimeError out of the callback."""
     import jax.numpy as jnp
@@ -338,18 +341,19 @@ def test_half_precision_is_one_error_class_in_both_front_ends():
     assert errors[0] == errors[1]
 
 
-@pytest.mark.parametrize("body,what", [(lambda x: lambda i: x[i].astype("float64"), "output 'wide' is float64"),
-                                       (lambda x: lambda i: x[i].astype("int64"), "output 'wide' is int64")])
-def test_jax_64_bit_outputs_with_x64_off(body, what):
+@pytest.mark.parametrize("dtype", ["float64", "int64"])
+def test_jax_64_bit_outputs_with_x64_off(dtype):
     """Before: JAX's 'result_shape_dtypes cannot specify 64-bit types', naming neither op nor output."""
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp
     import texpr_ad.jax as tj
-    op = tj.custom_op(lambda x: te.compute(x.shape, body(x), name="wide"), name="widen")
+    op = tj.custom_op(lambda x: te.compute(x.shape, lambda i: x[i].astype(dtype), name="wide"),
+                      name="widen")
     with jax.enable_x64(False):
-        with pytest.raises(tj.JaxOpError, match=rf"widen: {what}, but JAX has 64-bit types disabled; "
-                                                r"enable them \(jax.config.update\('jax_enable_x64', True\)\)"
-                                                r" or make the te function compute in 32 bits"):
+        with pytest.raises(tj.JaxOpError, match=rf"widen: output 'wide' is {dtype}, but JAX has 64-bit "
+                                                r"types disabled; enable them \(jax.config.update\("
+                                                r"'jax_enable_x64', True\)\) or make the te function "
+                                                r"compute in 32 bits"):
             op(jnp.ones(3))
     with jax.enable_x64(True):
         assert op(jnp.ones(3)).dtype.itemsize == 8
@@ -363,7 +367,8 @@ def test_jax_64_bit_saved_intermediate_with_x64_off():
 
     def norm(x):
         j = te.reduce_axis((0, x.shape[1]), name="j")
-        ss = te.compute((x.shape[0],), lambda i: te.sum(x[i, j].astype("float64") ** 2, axis=j), name="ss")
+        ss = te.compute((x.shape[0],), lambda i: te.sum(x[i, j].astype("float64") ** 2, axis=j),
+                        name="ss")
         return te.compute(x.shape, lambda i, c: x[i, c] * te.rsqrt(ss[i]).astype("float32"), name="y")
     op = tj.custom_op(norm, name="norm64")
     with jax.enable_x64(False):
@@ -398,7 +403,8 @@ def test_jax_export_with_a_symbolic_dim_is_a_clear_error(jax):
     op = tj.custom_op(_scaled, name="scaled")
     spec = jax.ShapeDtypeStruct(export.symbolic_shape("n"), jnp.float32)
     with pytest.raises(tj.JaxOpError, match=r"scaled: argument 0 \('x'\) has the symbolic shape \(n,\); "
-                                            r"texpr_ad.jax ops take concrete shapes.*instead of exporting"):
+                                            r"texpr_ad.jax ops take concrete shapes.*instead of "
+                                            r"exporting"):
         export.export(jax.jit(op))(spec, spec)
 
 
@@ -420,6 +426,7 @@ def test_jax_a_kernel_error_at_run_time_comes_out_as_jax_runtime_error(jax):
     JAX's JaxRuntimeError holding texpr_ad's message; JAX cannot re-raise it as it was."""
     import jax.numpy as jnp
     import texpr_ad.jax as tj
-    op = tj.custom_op(lambda t, idx: te.compute(idx.shape, lambda i: t[idx[i]] * 2.0, name="g"), name="gather")
+    op = tj.custom_op(lambda t, idx: te.compute(idx.shape, lambda i: t[idx[i]] * 2.0, name="g"),
+                      name="gather")
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"KernelIndexError.*'t'"):
         np.asarray(op(jnp.ones(4), jnp.asarray([0, 7])))
