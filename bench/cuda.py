@@ -5,7 +5,8 @@ vjp pair, bwd alone; see bench/__main__.py), with every array on the device on b
 texpr_ad gets `numba.cuda` device arrays (copied once; its kernels then return device arrays and
 the vjp's residuals stay there), torch gets CUDA tensors, and `torch.compile` of the same
 function is timed too where it compiles ("compile" columns; its error is printed otherwise,
-and `--no-compile` skips it).  Each call is followed by a device synchronize, the calls of one
+and `--no-compile` skips it; buffer donation is off, so its backward can run again on one
+graph as bwd does).  Each call is followed by a device synchronize, the calls of one
 comparison are interleaved (bench's `paired_times`), and the medians of `--repeat` runs are
 printed with their ratios.  texpr_ad's times include what its launcher does on the host (index
 checks of gathers copy an error flag back each call).  TF32 is off for torch (cuDNN's default
@@ -87,7 +88,13 @@ def torch_sides(w: Any, g: Any, torch_cuda: bool, compile_: bool) -> tuple[dict,
     sides, errors = {"torch": torch_side(w, g, "cuda")}, {}
     if compile_:
         try:
-            sides["compile"] = torch_side(w, g, "cuda", torch.compile(w.torch_fn))
+            sides["compile"] = side = torch_side(w, g, "cuda", torch.compile(w.torch_fn))
+            for c in COMPARISONS:  # a comparison that fails its first call is left out
+                try:
+                    side[c]()
+                except Exception as e:  # noqa: BLE001 - reported under the row
+                    errors[f"compile {c}"] = short(e)
+                    del side[c]
         except Exception as e:  # noqa: BLE001 - reported under the row, the rest goes on
             errors["compile"] = short(e)
     return sides["torch"], sides, errors
@@ -105,9 +112,10 @@ def run_workload(name: str, quick: bool, repeat: int, torch_cuda: bool, compile_
     for c in COMPARISONS:
         if c not in side:
             continue
-        fns = [side[c]] + [refs[k][c] for k in REFS if k in refs]
+        timed = [k for k in REFS if c in refs.get(k, {})]
+        fns = [side[c]] + [refs[k][c] for k in timed]
         times = paired_times(*[synced(f, sync) for f in fns], repeat=repeat)
-        got = dict(zip([k for k in REFS if k in refs], times[1:], strict=True))
+        got = dict(zip(timed, times[1:], strict=True))
         row[c] = {"t": times[0][0], **{k: got[k][0] if k in got else None for k in REFS}}
     return row
 
@@ -155,6 +163,11 @@ def setup_torch() -> tuple[bool, str]:
         warnings.simplefilter("ignore")  # torch.compile when mixed with inductor's legacy reads
         torch.backends.cudnn.allow_tf32 = False
         tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:  # a compiled backward run again on one graph (bwd: retain_graph=True) must not
+        import torch._functorch.config as functorch_config  # donate its saved buffers
+        functorch_config.donated_buffer = False
+    except (ImportError, AttributeError):
+        pass
     return True, (f"torch {torch.__version__} on {torch.cuda.get_device_name()}; TF32: cuDNN "
                   f"off, matmul {'on' if tf32 else 'off'}")
 
@@ -171,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bad := [n for n in names if n not in WORKLOADS]:
         ap.error(f"unknown workload(s) {bad}; choose from {', '.join(WORKLOADS)}")
     # small grids of --quick shapes; a host array copied into a kernel would still warn
-    warnings.filterwarnings("ignore", message="Grid size .* under-utilization")
+    warnings.filterwarnings("ignore", message=".*Grid size .* under-utilization")
     import numba
     from texpr_ad.kernels.numba_cuda import require_cuda
     require_cuda()
