@@ -13,7 +13,9 @@ what TVM's forward decided, it reads it from TVM, so the gradient follows the fo
                               the gradient is a scatter of dy to those indices
     scatter_elements,         reduction "update": which update each position kept, found by the
     scatter_nd, index_put     same op scattering update numbers (1 + flat position; 0 = none):
-                              d data = dy where none was kept, d updates = dy at their position;
+                              d data = dy where none was kept, d updates = dy at their position
+                              for the kept ones, 0 for overwritten duplicates (PyTorch gives
+                              every duplicate the position's dy);
                               "add" / accumulate: data + a scatter-add (d updates = dy gathered)
     cumsum, cumprod           a sum / product over k <= i (k < i when exclusive); the product's
                               gradient never divides (texpr_ad's prod rule counts the zeros)

@@ -416,6 +416,9 @@ KINK_CONVENTIONS: dict[str, str] = {
     "relax.maximum": "ties: TVM all to the first argument, derived split half and half",
     "relax.minimum": "ties: TVM all to the first argument, derived split half and half",
     "relax.nn.max_pool2d": "window ties: TVM to the first maximum, derived split evenly",
+    **{f"relax.{op}[duplicates]": "duplicate indices: only the update TVM's forward kept gets a "
+       "gradient (PyTorch's scatter/index_put backward gives every duplicate the written "
+       "position's)" for op in ("scatter_elements", "scatter_nd", "index_put")},
 }
 
 __all__ = ["Arg", "F", "INFRASTRUCTURE", "INFRASTRUCTURE_PREFIXES", "KINK_CONVENTIONS",
