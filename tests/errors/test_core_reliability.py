@@ -90,6 +90,21 @@ def test_every_vjp_route_keeps_both_cotangents(case):
     assert not any(np.shares_memory(a, b) for a, b in itertools.combinations([X4, *ys], 2))
 
 
+def test_evaluate_returns_one_fresh_array_per_output():
+    """te.evaluate returned one array object for an output listed twice, and the input array
+    itself for an output that is an input (writing into a result changed the other, or the
+    input); the kernels return fresh arrays."""
+    X = te.placeholder((4,), "float64", name="x")
+    Y = _sin(X)
+    x = X4.copy()
+    outs = te.evaluate([Y, Y, X], {X: x})
+    assert not any(np.shares_memory(a, b) for a, b in itertools.combinations([x, *outs], 2))
+    outs[1][:] = 0.0
+    outs[2][:] = 0.0
+    np.testing.assert_array_equal(outs[0], np.sin(X4))
+    np.testing.assert_array_equal(x, X4)
+
+
 # fn, (weights of a.sum(), b.sum()), d/dx
 FRONTEND = [(lambda x: [_sin(x)] * 2, lambda x, np_: 3 * np_.cos(x)),
             (lambda x: [x, x], lambda x, np_: 3 + 0 * x),
