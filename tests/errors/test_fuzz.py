@@ -475,9 +475,8 @@ class Framework:
                                  lambda t: t.unsqueeze(0).expand(2, *t.shape)[1]])(t)
             return t.to("meta") if kind == "device" else t
         jnp = self.lib.numpy
-        if kind == "layout":  # NumPy arrays with negative or Fortran strides
-            b = np.asfortranarray(a.astype(dtype)) if a.ndim == 2 else a.astype(dtype)[::-1][::-1]
-            return b
+        if kind == "layout":  # NumPy arrays with Fortran or negative strides
+            return np.asfortranarray(a.astype(dtype)) if a.ndim == 2 else a.astype(dtype)[::-1]
         return jnp.asarray(a, dtype=getattr(jnp, dtype))
 
     def call(self, op: Any, args: list[Any], kw: dict[str, Any]) -> list[np.ndarray] | None:
