@@ -212,7 +212,7 @@ def print_row(r: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def print_summary(rows: list[dict[str, Any]]) -> None:
+def print_summary(rows: list[dict[str, Any]], cold: bool = False) -> None:
     """Geometric means of texpr / eager and texpr / inductor per comparison, the worst rows, and
     every failure or mismatch."""
     print(f"\n{'geometric mean over user ops':<34} " + " ".join(f"{c:>6}" for c in COMPARISONS)
@@ -233,7 +233,7 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
     setups = {s: [r["setup"][s] for r in rows if s in r.get("setup", {})] for s in ("texpr",
                                                                                      "inductor")}
     if all(setups.values()):
-        print("  setup s (first results, caches as found): "
+        print(f"  setup s ({'cold' if cold else 'caches as found'}): "
               + ", ".join(f"{s} geomean {geomean(v):.1f} max {max(v):.1f}"
                           for s, v in setups.items()))
     bad = [(r["name"], f"{s} failed: {e}") for r in rows for s, e in r["errors"].items()]
@@ -259,7 +259,7 @@ def run(names: Sequence[str], quick: bool, repeat: int, inductor: bool = True,
     for n in names:
         rows.append(run_op(USER_OPS[n], quick, repeat, inductor))
         print_row(rows[-1])
-    print_summary(rows)
+    print_summary(rows, cold)
     return rows
 
 
