@@ -170,8 +170,8 @@ def prim_expr(e: Any, env: dict[Any, Expr]) -> Expr:
 def _reduction(op: str, red: str, allowed: Sequence[str]) -> str:
     if red not in allowed:
         raise BridgeError(f"{op}: reduction={red!r} has no derived gradient; texpr_ad defines "
-                          f"{', '.join(map(repr, allowed))} (write the op with those, or register a "
-                          "gradient for it by hand)")
+                          f"{', '.join(map(repr, allowed))} (write the op with those, or register "
+                          "a gradient for it by hand)")
     return red
 
 

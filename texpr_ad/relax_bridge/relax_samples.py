@@ -312,7 +312,8 @@ VARIANTS: dict[str, Sample] = {
     "relax.cumsum[exclusive]": _s("cumsum", f(3, 4), attrs={"axis": 1, "exclusive": True}),
     "relax.cumsum[flattened]": _s("cumsum", f(3, 4)),
     "relax.cumprod[exclusive, zeros]": _s("cumprod", Arg((3, 4), F, values=(
-        0.5, 0, -1.5, 2, 0, 0, 1.25, -0.5, 1.5, -2, 0, 0.75)), attrs={"axis": 1, "exclusive": True}),
+        0.5, 0, -1.5, 2, 0, 0, 1.25, -0.5, 1.5, -2, 0, 0.75)),
+        attrs={"axis": 1, "exclusive": True}),
     "relax.sort[descending]": _s("sort", f(3, 4), attrs={"axis": 0, "descending": True}),
     "relax.topk[values, smallest]": _s("topk", f(3, 5), attrs={
         "k": 2, "axis": 0, "ret_type": "values", "largest": False}),
