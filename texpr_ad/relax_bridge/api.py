@@ -39,7 +39,8 @@ def call_te_with_auto_grad(bb: Any, fte: Callable[..., Any], *args: Any,
         y = bb.emit(call_te_with_auto_grad(bb, dense, x, w))
     """
     name = register(fte, te_grad_name)
-    no_grad = as_list(no_grad, f"operator {name!r}: no_grad=", is_index, "argument position")
+    no_grad = as_list(no_grad, f"operator {name!r}: no_grad=", is_index,
+                      "argument positions (ints)")
     for key, value in attrs.items():
         if not _attr_ok(value):
             raise BridgeError(f"operator {name!r}: attribute {key}={value!r} cannot travel as a Relax "
@@ -88,6 +89,10 @@ def prepare_for_build(mod: Any) -> Any:
     import tvm
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
+    from .args import BridgeArgumentError
+    if not isinstance(mod, tvm.IRModule):
+        raise BridgeArgumentError(f"prepare_for_build takes the IRModule relax.transform.Gradient "
+                                  f"returned, got {type(mod).__name__}")
 
     with_grad = tvm.ir.Op.get("relax.call_tir_with_grad")
 

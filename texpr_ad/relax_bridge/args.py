@@ -18,21 +18,22 @@ class BridgeArgumentError(TexprError, TypeError):
     """A bridge function got an argument of the wrong kind (names the argument and the fix)."""
 
 
-def as_list(value: Any, what: str, is_item: Callable[[Any], bool], kind: str,
+def as_list(value: Any, what: str, is_item: Callable[[Any], bool], items: str,
             single: bool = True) -> list[Any]:
-    """`value` as a list of items (`is_item`): one item is `[value]` (or refused, with
-    `single=False`), any other iterable is listed and each element checked."""
+    """`value` as a list of items (`is_item`; `items` describes them, plural): one item is
+    `[value]` (or refused, with `single=False`), any other iterable is listed and each element
+    checked."""
     if is_item(value):
         if single:
             return [value]
-        raise BridgeArgumentError(f"{what} must be a list of {kind}s; wrap a single one as [x]")
+        raise BridgeArgumentError(f"{what} must be a list of {items}; wrap a single one as [x]")
     if isinstance(value, Iterable) and not isinstance(value, (str, bytes, Mapping)):
-        items = list(value)
-        bad = [x for x in items if not is_item(x)]
+        got = list(value)
+        bad = [x for x in got if not is_item(x)]
         if not bad:
-            return items
+            return got
         value = bad[0]
-    raise BridgeArgumentError(f"{what} takes {kind}s{' (or one)' if single else ''}, got "
+    raise BridgeArgumentError(f"{what} takes {items}{' (or one alone)' if single else ''}, got "
                               f"{type(value).__name__} {_short(value)}")
 
 

@@ -155,9 +155,10 @@ def from_tvm(tensors: Any, placeholders: Sequence[Any] | None = None) -> FromTVM
     `placeholders` (TVM tensors of `te.PlaceholderOp` or Relax `TEPlaceholderOp`) fixes the
     order of `result.inputs`; placeholders of the DAG not listed are appended in DAG order.
     """
-    outs = as_list(tensors, "from_tvm(tensors=)", is_tvm_tensor, "tvm.te tensor")
+    outs = as_list(tensors, "from_tvm(tensors=)", is_tvm_tensor, "tvm.te tensors")
     tr = _Translator()
-    for t in as_list(placeholders or [], "from_tvm(placeholders=)", is_tvm_tensor, "tvm.te tensor"):
+    for t in as_list([] if placeholders is None else placeholders, "from_tvm(placeholders=)",
+                     is_tvm_tensor, "tvm.te tensors"):
         if type(t.op).__name__ not in _PLACEHOLDERS:
             raise TranslationError(f"placeholders=: `{t.op.name}` is a {type(t.op).__name__}, "
                                    "not a placeholder; pass the DAG's input tensors")

@@ -19,6 +19,7 @@ value itself, which `register_te_gradient` cannot.
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Callable, Sequence
 
@@ -113,6 +114,18 @@ def to_python(v: Any) -> Any:
 
 # -- registration ---------------------------------------------------------------------
 
+@functools.cache
+def keep_error_classes() -> None:
+    """Register the bridge's error classes with tvm_ffi, so one raised inside a TVM callback
+    (a gradient handler run by relax.transform.Gradient, a failed index check in compiled code)
+    reaches the caller as itself, a TexprError, not as a plain RuntimeError."""
+    import tvm_ffi
+    from ..kernels.kernel import KernelIndexError
+    from .args import BridgeArgumentError
+    for cls in (BridgeError, BridgeArgumentError, TranslationError, KernelIndexError):
+        tvm_ffi.register_error(cls.__name__, cls)
+
+
 def _base_name(fte: Callable[..., Any]) -> str:
     raw = getattr(fte, "__qualname__", None) or getattr(fte, "__name__", None) or "op"
     name = re.sub(r"[^0-9A-Za-z_]+", "_", raw).strip("_") or "op"
@@ -126,6 +139,13 @@ def register(fte: Callable[..., Any], name: str | None = None) -> str:
     with the same name gets a numbered one, so handlers never clash.
     """
     import tvm_ffi
+    from .args import BridgeArgumentError
+    keep_error_classes()
+    if not callable(fte):
+        raise BridgeArgumentError(f"the operator must be a function returning te tensors, got "
+                                  f"{type(fte).__name__} {fte!r:.60}")
+    if name is not None and not isinstance(name, str):
+        raise BridgeArgumentError(f"te_grad_name must be a str, got {type(name).__name__} {name!r}")
     for k, f in _OPERATORS.items():
         if f is fte and (name is None or k == name):
             return k
@@ -134,8 +154,8 @@ def register(fte: Callable[..., Any], name: str | None = None) -> str:
     while cand in _OPERATORS and _OPERATORS[cand] is not fte:
         n += 1
         cand = f"{base}_{n}"
-    _OPERATORS[cand] = fte
     tvm_ffi.register_global_func(PREFIX + cand, _make_handler(cand), override=True)
+    _OPERATORS[cand] = fte  # only once TVM took the handler
     return cand
 
 

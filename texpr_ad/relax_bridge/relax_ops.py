@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Sequence
 from ..te import dtype as dt
 from . import own_te
 from .args import as_list
-from .grad import BridgeError, derive, emit_gradient
+from .grad import BridgeError, derive, emit_gradient, keep_error_classes
 from .relax_capture import NotDerivable, capture
 from .relax_samples import INFRASTRUCTURE, INFRASTRUCTURE_PREFIXES, NO_GRAD_ARGS, NO_SAMPLE, \
     NOT_TE, PASS_NATIVE, SAMPLES, Sample
@@ -254,9 +254,10 @@ def register_missing_gradients(ops: str | Iterable[str] | None = None,
     the hand-written gradients (at a higher level).  Calling it again is harmless.
     """
     import tvm
+    keep_error_classes()  # a BridgeError in a derived gradient reaches the caller as itself
     names = tensor_ops() if ops is None else as_list(
         ops, "register_missing_gradients(ops=)", lambda v: isinstance(v, str),
-        "Relax op name like 'relax.nn.gelu'")
+        "Relax op names like 'relax.nn.gelu'")
     known = set(relax_op_names())
     summary = Summary()
     for op in names:

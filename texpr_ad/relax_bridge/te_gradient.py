@@ -32,7 +32,7 @@ def te_gradient(output: Any, inputs: Sequence[Any], head: Any = None) -> list[An
         if t is not None and not is_tvm_tensor(t):
             raise BridgeArgumentError(f"te_gradient: {what} must be a tvm.te tensor, got "
                                       f"{type(t).__name__}")
-    inputs = as_list(inputs, "te_gradient: inputs", is_tvm_tensor, "tvm.te tensor", single=False)
+    inputs = as_list(inputs, "te_gradient: inputs", is_tvm_tensor, "tvm.te tensors", single=False)
     roots = [output] if head is None else [output, head]
     res = from_tvm(roots)
     out = res[0]

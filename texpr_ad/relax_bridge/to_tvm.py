@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..errors import TexprError
-from ..kernels.kernel import KernelIndexError, index_error
+from ..kernels.kernel import KernelArgumentError, index_error
 from ..kernels.render import read_site
 from .args import as_list, is_te_tensor
 from ..te.bounds import Verdict, dead, dim_verdict, facts, unproven_dims
@@ -63,6 +63,21 @@ class TranslationError(TexprError, ValueError):
 def _tvm() -> Any:
     import tvm  # lazy: TVM is an optional extra
     return tvm
+
+
+def tvm_import_error() -> str | None:
+    """None when `import tvm` works; else one line saying why and what to do (not installed, or
+    an install whose import fails)."""
+    import importlib.util
+    if importlib.util.find_spec("tvm") is None:
+        return "needs apache-tvm (pip install 'texpr_ad[tvm]')"
+    try:
+        _tvm()
+    except Exception as e:  # noqa: BLE001 - a broken install fails in many ways
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        return (f"importing tvm failed ({type(e).__name__}: {first}); the apache-tvm install is "
+                "broken: reinstall it (pip install --force-reinstall 'texpr_ad[tvm]')")
+    return None
 
 
 # -- scalar op tables -------------------------------------------------------------
@@ -187,8 +202,9 @@ def checked_index(index: Any, extent: Any, site: str) -> Any:
 @functools.cache
 def _register_index_check() -> None:
     import tvm_ffi
+    from .grad import keep_error_classes
     tvm_ffi.register_global_func(INDEX_CHECK, _index_out_of_bounds, override=True)
-    tvm_ffi.register_error("KernelIndexError", KernelIndexError)  # keeps its class through TVM
+    keep_error_classes()  # a KernelIndexError reaches the caller as itself
 
 
 def _index_out_of_bounds(site: str, index: int, extent: int) -> int:
@@ -545,7 +561,7 @@ def translate(outputs: Sequence[Tensor], bind: Mapping[Tensor, Any] | None = Non
     writes outside the buffer).
     """
     tvm = _tvm()
-    outputs = as_list(outputs, "translate(outputs=)", is_te_tensor, "texpr_ad te tensor")
+    outputs = as_list(outputs, "translate(outputs=)", is_te_tensor, "texpr_ad te tensors")
     vars_ = dict(var_map or {})
     for v in symbolic_vars(outputs):
         vars_.setdefault(v, tvm.tirx.Var(v.name, INDEX64))
@@ -597,10 +613,15 @@ class Built:
     def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
         from ..te.interp import bind_shapes
         tvm = _tvm()
+        if len(arrays) != len(self.inputs):
+            raise KernelArgumentError(
+                f"expected {len(self.inputs)} arrays ({', '.join(t.name for t in self.inputs)}), "
+                f"got {len(arrays)}; pass one array per input, in the order of inputs=")
         arrs = [np.ascontiguousarray(a) for a in arrays]
         for t, a in zip(self.inputs, arrs, strict=True):
             if str(a.dtype) != t.dtype:
-                raise TypeError(f"input {t.name!r} is {t.dtype} but got an array of dtype {a.dtype}")
+                raise KernelArgumentError(f"input {t.name!r} is {t.dtype} but got an array of dtype "
+                                          f"{a.dtype}; convert it (a.astype({t.dtype!r}))")
         env = bind_shapes(self.inputs, arrs)
         outs = [np.zeros(tuple(_eval_int(s, env) for s in t.shape), t.dtype) for t in self.outputs]
         args = [tvm.runtime.tensor(a) for a in (*arrs, *outs)]
@@ -631,8 +652,8 @@ def prim_func(outputs: Sequence[Tensor], inputs: Sequence[Tensor], check_bounds:
     """A `tirx.PrimFunc` with parameters (*inputs, *outputs, *symbolic dims not in input shapes);
     `check_bounds` as in `translate`."""
     tvm = _tvm()
-    outputs = as_list(outputs, "outputs", is_te_tensor, "texpr_ad te tensor")
-    inputs = as_list(inputs, "inputs", is_te_tensor, "texpr_ad te tensor")
+    outputs = as_list(outputs, "outputs", is_te_tensor, "texpr_ad te tensors")
+    inputs = as_list(inputs, "inputs", is_te_tensor, "texpr_ad te tensors")
     missing = [t.name for t in topo_order(outputs)
                if isinstance(t.op, PlaceholderOp) and t not in inputs]
     if missing:
@@ -649,8 +670,8 @@ def build(outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str = "ll
           check_bounds: bool = True) -> Built:
     """Translate, `tvm.compile` and wrap `outputs` as a NumPy-in/NumPy-out callable
     (`check_bounds` as in `translate`)."""
-    outputs = as_list(outputs, "outputs", is_te_tensor, "texpr_ad te tensor")
-    inputs = as_list(inputs, "inputs", is_te_tensor, "texpr_ad te tensor")
+    outputs = as_list(outputs, "outputs", is_te_tensor, "texpr_ad te tensors")
+    inputs = as_list(inputs, "inputs", is_te_tensor, "texpr_ad te tensors")
     pf = prim_func(outputs, inputs, check_bounds)
     sym = symbolic_vars([*outputs, *inputs])
     return Built(inputs, outputs, _tvm().compile(pf, target=target), pf, sym)

@@ -181,7 +181,10 @@ def cmd_relax(args: argparse.Namespace) -> int:
     _check_coverage_args(args)
     if args.format == "html":
         raise UsageError("--relax writes md and json (--format table, md or json)")
-    _import_tvm()
+    from ..relax_bridge.to_tvm import tvm_import_error
+    why = tvm_import_error()
+    if why:
+        raise UsageError(f"--relax: {why}")
     from .relax_matrix import RELAX_RENDERERS, render_relax_json, render_relax_markdown, \
         render_relax_table, run_relax_matrix, select_ops, summary_lines, write_relax_report
     base = _output_base(args, {".md", ".json"})
@@ -209,20 +212,6 @@ def cmd_relax(args: argparse.Namespace) -> int:
     else:
         print("\n".join(summary_lines(rep)))
     return 1 if rep.failures else 0
-
-
-def _import_tvm() -> None:
-    """Import tvm for --relax, or say in one line why it cannot be used (UsageError)."""
-    import importlib.util
-    if importlib.util.find_spec("tvm") is None:
-        raise UsageError("--relax needs apache-tvm (pip install 'texpr_ad[tvm]')")
-    try:
-        import tvm  # noqa: F401
-    except Exception as e:  # noqa: BLE001 - a broken install fails in many ways
-        first = (str(e).strip().splitlines() or [""])[0][:200]
-        raise UsageError(f"--relax: importing tvm failed ({type(e).__name__}: {first}); the "
-                         "apache-tvm install is broken: reinstall it (pip install --force-reinstall "
-                         "'texpr_ad[tvm]')") from None
 
 
 # -- show --------------------------------------------------------------------------------------

@@ -282,7 +282,7 @@ class _Prover:
         out = Verdict.UNSAFE
         for d in cands:
             out = _or(out, self.prove(d, known))
-            if out is Verdict.PROVEN:
+            if out is Verdict.PROVEN or self.exhausted():
                 break
         return out
 
