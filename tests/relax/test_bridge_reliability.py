@@ -162,6 +162,10 @@ def test_built_kernel_argument_mistakes_are_texpr_errors():
         b(np.ones(3, "float32"), np.ones(3, "float32"))
     with pytest.raises(KernelArgumentError, match="'X' is float32 but got an array of dtype float64"):
         b(np.ones(3))
+    m = te.var("m")
+    free = build([te.compute((m,), lambda i: X[0] * 1.0, name="Z")], [X])
+    with pytest.raises(KernelArgumentError, match="symbolic dim `m` is not determined"):
+        free(np.ones(3, "float32"))
 
 
 # -- item 5: the bounds prover is bounded ------------------------------------------------------

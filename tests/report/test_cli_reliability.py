@@ -40,6 +40,7 @@ MISTAKES = [  # (arguments, what the one line says); each with and without --rel
     (["--targets", "cpu,gpu"], "unknown target(s) ['gpu']"),
     (["--ops", ","], "--ops ',' names no operator"),
     (["--ops", ""], "--ops '' names no operator"),
+    (["--targets", ","], "--targets ',' names no target"),
     (["-o", ""], "-o needs a path"),
 ]
 

@@ -641,11 +641,13 @@ def _eval_int(e: Expr, env: Mapping[Expr, int]) -> int:
             return int(v)
         case Var():
             if e not in env:
-                raise ValueError(f"symbolic dim `{e}` is not determined by the input shapes")
+                raise KernelArgumentError(
+                    f"symbolic dim `{e}` is not determined by the input shapes: an output's shape "
+                    "uses it but no input's does; make it a dim of an input")
             return int(env[e])
         case Call(op=op, args=args):
             return int(NUMPY_IMPL[op](*(np.int64(_eval_int(a, env)) for a in args)))
-    raise ValueError(f"cannot evaluate shape `{e}`")
+    raise KernelArgumentError(f"cannot evaluate the output dim `{e}` from the input shapes")
 
 
 def prim_func(outputs: Sequence[Tensor], inputs: Sequence[Tensor], check_bounds: bool = True) -> Any:
