@@ -110,15 +110,18 @@ class CustomOp:
         res = fwd(*arrs)
         return res[0] if len(outs) == 1 else tuple(res)
 
-    def pullback(self, specs: Sequence[tuple[tuple[int, ...], Any]], save: str = "auto") -> Any:
+    def pullback(self, specs: Sequence[tuple[tuple[int, ...], Any]], save: str = "auto",
+                 wrt: Sequence[int] | None = None) -> Any:
         """The `Pullback` (derivation, residual decisions, lazily built kernels) for arrays of
-        these (shape, dtype)s; `save="none"` recomputes everything from the inputs."""
+        these (shape, dtype)s; `save="none"` recomputes everything from the inputs; `wrt` (array
+        positions, default all) derives only those gradients (cached per subset)."""
         from .pullback import Pullback
-        key = (tuple((tuple(s), np.dtype(d).str) for s, d in specs), save)
+        key = (tuple((tuple(s), np.dtype(d).str) for s, d in specs), save,
+               None if wrt is None else tuple(sorted(set(wrt))))
         hit = self._pullbacks.get(key)
         if hit is None:
             ins, outs = self.define(specs)
-            hit = self._pullbacks[key] = Pullback(outs, ins, self.target, save)
+            hit = self._pullbacks[key] = Pullback(outs, ins, self.target, save, key[2])
         return hit
 
     def forward(self, *arrays: Any) -> tuple[tuple[np.ndarray, ...], Any]:
@@ -136,15 +139,18 @@ class CustomOp:
                                 f"{self.name}.forward(...), got {type(res).__name__}")
         return p.backward(res, *self._heads(list(g), p.outputs))
 
-    def vjp(self, g: Any, *arrays: Any) -> tuple[np.ndarray | None, ...]:
-        """Gradients of <g, op(*arrays)> w.r.t. each array (None for integer inputs); `g` is one
-        cotangent per output (a list for several outputs), each shaped like its output.  The
-        backward recomputes what it needs from the arrays (see `forward`/`backward` to save it)."""
+    def vjp(self, g: Any, *arrays: Any, wrt: Sequence[int] | None = None
+            ) -> tuple[np.ndarray | None, ...]:
+        """Gradients of <g, op(*arrays)> w.r.t. each array (None for integer inputs, and for
+        those not in `wrt`, the positions wanted: only their adjoints are derived and built);
+        `g` is one cotangent per output (a list for several outputs), each shaped like its
+        output.  The backward recomputes what it needs from the arrays (see
+        `forward`/`backward` to save it)."""
         arrs = self._arrays(arrays)
         _, outs = self.define([(a.shape, a.dtype) for a in arrs])
         several = isinstance(g, (list, tuple)) and (len(outs) > 1 or all(isinstance(x, np.ndarray) for x in g))
         heads = self._heads(list(g) if several else [g], outs)
-        p = self.pullback([(a.shape, a.dtype) for a in arrs], save="none")
+        p = self.pullback([(a.shape, a.dtype) for a in arrs], save="none", wrt=wrt)
         return p.backward(p.residuals(arrs, (), ()), *heads)
 
     def _heads(self, gs: list[Any], outs: Sequence[Tensor]) -> list[np.ndarray]:

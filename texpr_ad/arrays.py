@@ -6,8 +6,8 @@ Anything `np.asarray` accepts is an array (NumPy arrays, nested lists, CPU torch
 without grad); anything else is a `ArrayArgumentError` naming the argument and the fix.
 
 The framework front ends (texpr_ad/torch.py, texpr_ad/jax.py) are stricter: `op_arguments` and
-`op_dtype` are the one place saying what their ops take (tensors, positionally, in a dtype the
-kernels compute in); anything else is an `OpArgumentError`.
+`op_dtype` are the one place saying what their ops take (tensors and Python numbers,
+positionally, in a dtype the kernels compute in); anything else is an `OpArgumentError`.
 """
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ class ArrayArgumentError(TexprError, ValueError):
 
 
 class OpArgumentError(TexprError, TypeError):
-    """A `texpr_ad.torch`/`texpr_ad.jax` op got an argument it cannot take: not a tensor (a
-    Python number, list, tuple, or a NumPy array for torch), a keyword argument, or a dtype the
-    kernels do not compute in (float16, bfloat16, complex)."""
+    """A `texpr_ad.torch`/`texpr_ad.jax` op got an argument it cannot take: not a tensor or a
+    Python number (a list, tuple, None, or a NumPy array for torch), a keyword argument, or a
+    dtype the kernels do not compute in (float16, bfloat16, complex)."""
 
 
 # dtypes the kernels compute in (te's float16 has no backend), and the fix for the others
@@ -44,11 +44,11 @@ def op_arguments(op: str, args: Sequence[Any], kwargs: Mapping[str, Any],
     `names(len(args))`, called only then: the check is a type test per argument, and holds no
     state that torch.compile would guard on).
 
-    The one check of what a front-end op takes: issue #27 (scalars as te arguments) relaxes it
-    here.  `tensor` says what is taken ("torch tensor"), `convert` how to make one."""
+    The one check of what a front-end op takes.  `tensor` says what is taken ("torch tensor
+    or Python number"), `convert` how to make a tensor."""
     if kwargs:
         raise OpArgumentError(f"{op}: got keyword argument(s) {', '.join(map(repr, kwargs))}; pass "
-                              f"the {tensor}s positionally, in the order of the te function's "
+                              f"the arguments positionally, in the order of the te function's "
                               f"parameters")
     bad = next((k for k, a in enumerate(args) if not is_tensor(a)), None)
     if bad is not None:
@@ -56,8 +56,7 @@ def op_arguments(op: str, args: Sequence[Any], kwargs: Mapping[str, Any],
         kind = type(a).__qualname__ if type(a).__module__ == "builtins" else \
             f"{type(a).__module__}.{type(a).__qualname__}"
         raise OpArgumentError(f"{op}: argument {bad} ({n!r}) is of type {kind}, not a {tensor}; "
-                              f"pass a {tensor} ({convert}), or close over a hyperparameter "
-                              f"(a scale, an eps) in the te function instead of passing it")
+                              f"convert it to a tensor ({convert})")
 
 
 def op_dtype(op: str, what: str, dtype: str, to32: str) -> None:

@@ -16,8 +16,10 @@ cotangent (None in the custom_vjp rule); integer outputs are not differentiated 
 cotangents are not passed on).  Without `jax_enable_x64`, JAX keeps float64 as float32, so the
 kernels see float32, and a te function giving a 64-bit output is a JaxOpError.
 
-Arguments: JAX or NumPy arrays, positionally (`arrays.op_arguments`), in a dtype the kernels
-compute in (`arrays.op_dtype`; float16/bfloat16: compute in float32), with concrete shapes
+Arguments: JAX or NumPy arrays and Python numbers (0-dim arrays, as `jnp.asarray` makes
+them: runtime values, one kernel for every value), positionally (`arrays.op_arguments`), in a
+dtype the kernels compute in (`arrays.op_dtype`; float16/bfloat16: compute in float32), with
+concrete shapes
 (`jax.export`'s symbolic dims are refused), else a TexprError.  Kernels are built while JAX
 traces, so what the definition or the planner rejects is raised there, as a TexprError; a
 kernel's own run-time error (a gather index out of range) comes out of the callback as JAX's
@@ -46,7 +48,7 @@ def _is_float(x: Any) -> bool:
 
 
 def _is_array(x: Any) -> bool:
-    return isinstance(x, (jax.Array, np.ndarray, np.generic))
+    return isinstance(x, (jax.Array, np.ndarray, np.generic, bool, int, float))
 
 
 class JaxOp:
@@ -62,8 +64,8 @@ class JaxOp:
         self._f.defvjp(self._forward_rule, self._backward_rule)
 
     def __call__(self, *xs: Any, **kwargs: Any) -> Any:
-        op_arguments(self.name, xs, kwargs, self._arg_names, _is_array, "JAX array",
-                     "jnp.asarray(value)")
+        op_arguments(self.name, xs, kwargs, self._arg_names, _is_array,
+                     "JAX array or Python number", "jnp.asarray(value)")
         xs = tuple(jnp.asarray(x) for x in xs)  # as JAX takes NumPy arrays (64-bit types canonical)
         for k, x in enumerate(xs):
             if np.dtype(x.dtype).name not in KERNEL_DTYPES:

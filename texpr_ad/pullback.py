@@ -4,6 +4,7 @@
     (y,), res = fwd(a, w)          # the outputs, and what the backward needs
     da, dw = bwd(res, dy)          # one cotangent per output; None for integer inputs
                                    # (integer outputs take a cotangent too, never read)
+    fwd, bwd = ta.vjp([Y], [A, W], wrt=[A])   # only dA derived and built; dW is None
 
 Which forward tensors are saved and which are recomputed in the backward is decided per
 tensor by `schedule.residuals.choose` (outputs and reductions are saved; elementwise
@@ -20,7 +21,7 @@ from typing import Any, Collection, NamedTuple, Sequence
 import numpy as np
 
 from . import te
-from .deriv import grad
+from .deriv import GradientError, grad
 from .errors import TexprError
 from .kernels.numba_cuda import is_device_array
 from .schedule.residuals import Decision, choose, rebuilt
@@ -54,13 +55,17 @@ class Pullback:
     the backward graph over the saved tensors; both kernels are built on first use."""
 
     def __init__(self, outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str = "cpu",
-                 save: str | Collection[str] = "auto") -> None:
+                 save: str | Collection[str] = "auto", wrt: Collection[int] | None = None) -> None:
         self.outputs, self.inputs, self.target = list(outputs), list(inputs), target
         self.heads = [te.placeholder(o.shape, o.dtype, name=f"d{o.name}") for o in self.outputs]
-        # integer outputs are not differentiated: their cotangents are taken and not read
+        # only the adjoints asked for (positions `wrt`, default all) are derived; integer
+        # outputs are not differentiated: their cotangents are taken and not read
+        self.wrt = tuple(range(len(self.inputs)) if wrt is None else sorted(set(wrt)))
         diff = [k for k, o in enumerate(self.outputs) if dt.is_float(o.dtype)]
-        self.adjoints = grad([self.outputs[k] for k in diff], self.inputs,
-                             head=[self.heads[k] for k in diff]) if diff else [None] * len(inputs)
+        some = grad([self.outputs[k] for k in diff], [self.inputs[k] for k in self.wrt],
+                    head=[self.heads[k] for k in diff]) if diff and self.wrt else []
+        by_pos = dict(zip(self.wrt, some))
+        self.adjoints = [by_pos.get(k) for k in range(len(self.inputs))]
         live = [a for a in self.adjoints if a is not None]
         self.decisions = choose(self.outputs, live, self.heads, save)
         self.saved = [d.tensor for d in self.decisions if d.save]
@@ -184,14 +189,30 @@ class VJP(NamedTuple):
 
 
 def vjp(outputs: Tensor | Sequence[Tensor], inputs: Sequence[Tensor], target: str = "cpu",
-        save: str | Collection[str] = "auto") -> VJP:
+        save: str | Collection[str] = "auto", wrt: Sequence[Tensor] | None = None) -> VJP:
     """Build `fwd, bwd` for `outputs` as functions of the placeholders `inputs`.
 
     `fwd(*arrays)` returns `(outputs, residuals)`; `bwd(residuals, *cotangents)` returns one
     gradient per input.  `save` is "auto" (the rule table of `schedule.residuals`), "none"
     (recompute everything from the inputs), "all", or the names of the forward tensors to save.
+    `wrt` (some of `inputs`) derives and builds only their gradients; the others are None.
     """
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
-    p = Pullback(outs, list(inputs), target, save)
+    inputs = list(inputs)
+    p = Pullback(outs, inputs, target, save, None if wrt is None else _positions(wrt, inputs))
     p.forward_kernel, p.backward_kernel  # build both now: errors surface here, not at the first call
     return VJP(Forward(p), Backward(p))
+
+
+def _positions(wrt: Sequence[Tensor], inputs: Sequence[Tensor]) -> list[int]:
+    """The positions in `inputs` of the placeholders `wrt`, or a GradientError naming one that
+    is not an input."""
+    if isinstance(wrt, Tensor):
+        wrt = [wrt]
+    ids = {id(x): k for k, x in enumerate(inputs)}
+    bad = next((w for w in wrt if id(w) not in ids), None)
+    if bad is not None:
+        raise GradientError(f"vjp: wrt= names {getattr(bad, 'name', bad)!r}, which is not one of "
+                             f"the inputs ({', '.join(x.name for x in inputs)}); pass some of the "
+                             f"inputs' placeholders")
+    return [ids[id(w)] for w in wrt]

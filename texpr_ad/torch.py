@@ -4,8 +4,9 @@
     gelu_mm = tt.custom_op(lambda X, W: ..., name="gelu_mm")   # a te function, as ta.custom_op
     y = gelu_mm(x, w); y.sum().backward()                      # torch tensors in and out
 
-Route: `torch.library.custom_op` (schema `(Tensor[] xs) -> Tensor[]`) with `register_autograd`
-and a fake implementation, so the op dispatches like a built-in, is opaque to `torch.compile`
+Route: `torch.library.custom_op` (schema `(Tensor x, Tensor g, bool[] wrt) -> Tensor[]`: one
+named Tensor per parameter of the te function, `Tensor[] xs` for `*xs` or defaults; `wrt` says
+which inputs' gradients autograd will ask for) with `register_autograd` and a fake implementation, so the op dispatches like a built-in, is opaque to `torch.compile`
 and traces under FakeTensors.  The backward is a second custom op (`<name>_vjp`), so it is
 opaque to `torch.compile` too.  Residuals (`ta.vjp`): the forward op also returns the
 intermediates its backward reads (a row max, a normalizer; see `Pullback.explain()`), marked
@@ -22,13 +23,21 @@ without a usable GPU they are a TorchDeviceError, as are tensors on different de
 tensor next to a meta one included: only all-meta inputs take the fake implementation).
 Integer inputs get no gradient (None); integer outputs are not differentiated.
 
-Arguments: tensors only, positionally (`arrays.op_arguments`), in a dtype the kernels compute
-in (`arrays.op_dtype`; float16/bfloat16: compute in float32), else an OpArgumentError.  Under
+Only the gradients asked for: the call passes which inputs require grad (under grad mode), and
+the forward and backward are derived, built and cached per subset (`CustomOp.pullback(wrt=)`):
+no residuals under `torch.no_grad()`, no dw when w does not require grad.
+
+Arguments: tensors and Python numbers, positionally (`arrays.op_arguments`), in a dtype the
+kernels compute in (`arrays.op_dtype`; float16/bfloat16: compute in float32), else an
+OpArgumentError.  A Python number is a 0-dim tensor (a float one in the dtype of the first float
+tensor argument): a runtime value read as `s[()]` or `s` in te, one kernel for every value, no
+gradient; a 0-dim float tensor that requires grad gets one.  Under
 `torch.compile` with dynamic shapes, the op reads its sizes as ints: a symbolic size is guarded
 on (specialized), so each new shape recompiles the graph and builds kernels for that shape.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -57,6 +66,39 @@ def _is_float(t: torch.Tensor) -> bool:
     return t.dtype.is_floating_point
 
 
+_NUMBERS = (bool, int, float)  # Python numbers an op takes (as 0-dim tensors)
+_SCHEMA_RESERVED = {"wrt", "self", "out"}  # names the schema keeps for itself
+
+
+def _takes(a: Any) -> bool:
+    return isinstance(a, (torch.Tensor, *_NUMBERS))
+
+
+def _schema_names(fn: Callable[..., Any]) -> list[str] | None:
+    """The te function's parameter names when they can name the schema's arguments (plain
+    positional parameters), else None (one `Tensor[] xs` argument)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    plain = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+                and p.name.isascii() and p.name not in _SCHEMA_RESERVED for p in params)
+    return [p.name for p in params] if plain and params else None
+
+
+def _as_tensors(args: Sequence[Any]) -> list[torch.Tensor]:
+    """The arguments as tensors: a Python number becomes a 0-dim tensor on the tensors' device,
+    a float in the dtype of the first float tensor (torch's default dtype when none)."""
+    if all(isinstance(a, torch.Tensor) for a in args):
+        return list(args)
+    ts = [a for a in args if isinstance(a, torch.Tensor)]
+    dev = ts[0].device if ts else torch.device("cpu")
+    fl = next((t.dtype for t in ts if _is_float(t)), torch.get_default_dtype())
+    kinds = {bool: torch.bool, int: torch.int64, float: fl}
+    return [a if isinstance(a, torch.Tensor) else torch.tensor(a, dtype=kinds[type(a)], device=dev)
+            for a in args]
+
+
 class TorchOp:
     """A te function as a PyTorch operator with autograd; call it on tensors.
 
@@ -71,18 +113,30 @@ class TorchOp:
         self.name = base
         self.core = CustomOp(fn, base)
         self._cuda: dict[tuple, list] = {}
-        self.forward_op = self._register(self.qualname, "(Tensor[] xs) -> Tensor[]",
-                                         self._forward, self._forward_fake)
+        self._names = _schema_names(fn)
+        args = ", ".join(f"Tensor {n}" for n in self._names) if self._names else "Tensor[] xs"
+        self.forward_op = self._register(
+            self.qualname, f"({args}, bool[] wrt) -> Tensor[]",
+            lambda *a: self._forward(*self._split(a)), lambda *a: self._forward_fake(*self._split(a)))
         self.vjp_op = self._register(self.qualname + "_vjp",
-                                     "(Tensor[] gs, Tensor[] xs, Tensor[] ys) -> Tensor[]",
+                                     "(Tensor[] gs, Tensor[] xs, Tensor[] ys, bool[] wrt) -> Tensor[]",
                                      self._vjp, self._vjp_fake)
         self.forward_op.register_autograd(self._backward, setup_context=self._setup_context)
 
-    def __call__(self, *xs: torch.Tensor, **kwargs: Any) -> Any:
-        op_arguments(self.name, xs, kwargs, self._arg_names, lambda x: isinstance(x, torch.Tensor),
-                     "torch tensor", "torch.as_tensor(value)")
-        outs = self.forward_op(list(xs))[: len(self._pullback(xs).outputs)]  # then residuals
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        op_arguments(self.name, args, kwargs, self._arg_names, _takes,
+                     "torch tensor or Python number", "torch.as_tensor(value)")
+        if self._names and len(args) != len(self._names):
+            self._arg_names(len(args))  # a CustomOpError saying what the te function takes
+        xs = _as_tensors(args)
+        wrt = [x.requires_grad for x in xs] if torch.is_grad_enabled() else [False] * len(xs)
+        outs = self.forward_op(*xs, wrt) if self._names else self.forward_op(xs, wrt)
+        outs = outs[: len(self.core.define(self._specs(xs))[1])]  # then residuals
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _split(self, args: Sequence[Any]) -> tuple[list[torch.Tensor], list[bool]]:
+        """(tensors, wrt) from the forward op's arguments (named tensors or one list, then wrt)."""
+        return (list(args[:-1]) if self._names else list(args[0])), list(args[-1])
 
     def _arg_names(self, n: int) -> list[str]:
         """The te function's parameter names for `n` tensors (for messages: a CustomOpError if
@@ -92,8 +146,11 @@ class TorchOp:
     def _label(self, xs: Sequence[torch.Tensor], k: int) -> str:
         return f"argument {k} ({self._arg_names(len(xs))[k]!r})"
 
-    def _pullback(self, xs: Sequence[torch.Tensor]) -> Any:
-        return self.core.pullback(self._specs(xs))
+    def _pullback(self, xs: Sequence[torch.Tensor], wrt: Sequence[bool] | None = None) -> Any:
+        """The core pullback for these tensors, deriving the gradients flagged in `wrt` (all
+        float ones when None)."""
+        pos = None if wrt is None else [k for k, w in enumerate(wrt) if w]
+        return self.core.pullback(self._specs(xs), wrt=pos)
 
     # -- registration and autograd ---------------------------------------------------------
 
@@ -114,18 +171,20 @@ class TorchOp:
         return op
 
     def _setup_context(self, ctx: Any, inputs: tuple, output: Any) -> None:
-        xs, ys = list(inputs[0]), list(output)
-        ctx.n_in, ctx.n_out = len(xs), len(self._pullback(xs).outputs)
+        (xs, wrt), ys = self._split(inputs), list(output)
+        ctx.n_in, ctx.n_out, ctx.wrt = len(xs), len(self.core.define(self._specs(xs))[1]), wrt
         ints = [y for y in ys[: ctx.n_out] if not _is_float(y)]  # integer outputs: no gradient
         ctx.mark_non_differentiable(*ys[ctx.n_out:], *ints)
         ctx.save_for_backward(*xs, *ys)
 
-    def _backward(self, ctx: Any, gs: Sequence[torch.Tensor | None]) -> tuple[list[torch.Tensor | None]]:
+    def _backward(self, ctx: Any, gs: Sequence[torch.Tensor | None]) -> tuple:
+        """One gradient per input flagged in the forward's `wrt`, None for the others."""
         saved = ctx.saved_tensors
         xs, ys = saved[: ctx.n_in], saved[ctx.n_in:]
         heads = [torch.zeros_like(y) if g is None else g for g, y in zip(gs, ys[: ctx.n_out])]
-        gfloat = iter(self.vjp_op(heads, list(xs), list(ys)))
-        return ([next(gfloat) if _is_float(x) else None for x in xs],)
+        got = iter(self.vjp_op(heads, list(xs), list(ys), ctx.wrt) if any(ctx.wrt) else ())
+        grads = [next(got) if w else None for w in ctx.wrt]
+        return (*grads, None) if self._names else (grads, None)
 
     # -- implementations (real and fake) ---------------------------------------------------
 
@@ -149,46 +208,48 @@ class TorchOp:
                   *(f"saved output {k}" for k in range(len(ys)))]
         return _one_device(list(zip(labels, ts)), self.name)
 
-    def _forward_fake(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+    def _forward_fake(self, xs: list[torch.Tensor], wrt: list[bool]) -> list[torch.Tensor]:
         dev = self._device((), xs)  # a CPU tensor next to a meta one lands here: refuse it
-        p = self._pullback(xs)
+        p = self._pullback(xs, wrt)
         return [torch.empty([int(s) for s in _static(o)], dtype=_torch_dtype(o.dtype), device=dev)
                 for o in p.outputs + p.extra]
 
-    def _vjp_fake(self, gs: list[torch.Tensor], xs: list[torch.Tensor],
-                  ys: list[torch.Tensor]) -> list[torch.Tensor]:
+    def _vjp_fake(self, gs: list[torch.Tensor], xs: list[torch.Tensor], ys: list[torch.Tensor],
+                  wrt: list[bool]) -> list[torch.Tensor]:
         self._device(gs, xs, ys)
-        return [torch.empty_like(x) for x in xs if _is_float(x)]
+        return [torch.empty_like(x) for x, w in zip(xs, wrt) if w]
 
-    def _forward(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The outputs, then the saved intermediates (the pullback's `extra`)."""
+    def _forward(self, xs: list[torch.Tensor], wrt: list[bool]) -> list[torch.Tensor]:
+        """The outputs, then the saved intermediates (the pullback's `extra`) that the
+        gradients flagged in `wrt` read."""
         if _on_cuda(self._device((), xs), self.name):
-            return self._cuda_call(xs, None, None)
-        p = self._pullback(xs)  # checks the dtypes, naming the arguments
+            return self._cuda_call(xs, wrt, None, None)
+        p = self._pullback(xs, wrt)  # checks the dtypes, naming the arguments
         arrays = [_host(x) for x in xs]
         return [torch.from_numpy(r) for r in p.forward_kernel(*arrays)]
 
-    def _vjp(self, gs: list[torch.Tensor], xs: list[torch.Tensor],
-             ys: list[torch.Tensor]) -> list[torch.Tensor]:
+    def _vjp(self, gs: list[torch.Tensor], xs: list[torch.Tensor], ys: list[torch.Tensor],
+             wrt: list[bool]) -> list[torch.Tensor]:
+        """The gradients flagged in `wrt` (saved outputs and intermediates in `ys`)."""
         if _on_cuda(self._device(gs, xs, ys), self.name):
-            return self._cuda_call(xs, gs, ys)
-        p = self._pullback(xs)
+            return self._cuda_call(xs, wrt, gs, ys)
+        p = self._pullback(xs, wrt)
         arrays = [_host(x) for x in xs]
         saved = [_host(y) for y in ys]
         n = len(p.outputs)
         heads = self.core._heads([_host(g) for g in gs], p.outputs)
         res = p.backward(p.residuals(arrays, saved[:n], saved[n:]), *heads)
         return [torch.zeros_like(x) if r is None else torch.from_numpy(r)  # None: not reached
-                for r, x in zip(res, xs, strict=True) if _is_float(x)]
+                for r, x, w in zip(res, xs, wrt, strict=True) if w]
 
     # -- CUDA (untested without a GPU) ------------------------------------------------------
 
-    def _cuda_call(self, xs: list[torch.Tensor], gs: list[torch.Tensor] | None,
+    def _cuda_call(self, xs: list[torch.Tensor], wrt: list[bool], gs: list[torch.Tensor] | None,
                    ys: list[torch.Tensor] | None) -> list[torch.Tensor]:
-        """Forward with residuals (gs None) or float-input gradients on the GPU: the CPU
+        """Forward with residuals (gs None) or the `wrt` gradients on the GPU: the CPU
         pullback's graphs (outputs + extra; gradients over saved slots) built for CUDA."""
-        p = self._pullback(xs)
-        key = tuple(self._specs(xs))
+        p = self._pullback(xs, wrt)
+        key = (tuple(self._specs(xs)), tuple(wrt))
         inst = self._cuda.get(key)
         if inst is None:
             inst = self._cuda[key] = [build(p.outputs + p.extra, p.inputs, "cuda"), None]
@@ -205,7 +266,7 @@ class TorchOp:
             res = inst[1](*[a.detach().contiguous() for a in args]) if inst[1] is not None else ()
             live = iter(res)
             res = [next(live) if a is not None else torch.zeros_like(x)
-                   for a, x in zip(p.adjoints, xs, strict=True) if _is_float(x)]
+                   for a, x, w in zip(p.adjoints, xs, wrt, strict=True) if w]
         numba_cuda.synchronize()
         return [torch.as_tensor(r, device=xs[0].device) for r in res]
 

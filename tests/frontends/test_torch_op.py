@@ -83,10 +83,11 @@ def test_integer_input_gradient_is_none_in_the_backward():
     idx = torch.tensor([4, 0, 4, 2], dtype=torch.int64)
     assert torch.autograd.gradcheck(lambda x: op(x, idx), (x,))
     y = op(x, idx)
-    ctx = type("Ctx", (), {"saved_tensors": (x.detach(), idx, y.detach()), "n_in": 2, "n_out": 1})()
-    grads = op._backward(ctx, [torch.ones(4, dtype=torch.float64)])
-    assert grads[0][1] is None
-    torch.testing.assert_close(grads[0][0], torch.tensor([2.0, 0, 2, 0, 4], dtype=torch.float64))
+    ctx = type("Ctx", (), {"saved_tensors": (x.detach(), idx, y.detach()), "n_in": 2, "n_out": 1,
+                           "wrt": [True, False]})()
+    grads = op._backward(ctx, [torch.ones(4, dtype=torch.float64)])  # x, idx, wrt
+    assert grads[1] is None and grads[2] is None
+    torch.testing.assert_close(grads[0], torch.tensor([2.0, 0, 2, 0, 4], dtype=torch.float64))
     assert y.shape == (4,)
 
 
@@ -189,7 +190,7 @@ def test_residuals_are_extra_forward_outputs_and_an_unused_input_gets_zeros():
     op = tt.custom_op(_rms_scale, name=_name("rms_res"))
     x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     g = torch.randn(4, dtype=torch.float64, requires_grad=True)
-    raw = op.forward_op([x, g])
+    raw = op.forward_op(x, g, [True, True])
     assert len(raw) == 2 and raw[1].shape == (3,)  # y, then the saved row sum of squares
     assert [t.name for t in op._pullback([x, g]).extra] == ["ms_red1"]
     torch.testing.assert_close(raw[1], (x.detach() ** 2).sum(1))

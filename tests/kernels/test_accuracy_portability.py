@@ -2,10 +2,10 @@
 reduction strategy, results that do not depend on the CPU's vector width, and texpr_ad's float32
 GEMM with no writable folder.  No timing.
 
-Long sums (plan.wide_sum): a float16/float32 sum of more than LONG_SUM terms folds into float64,
-its vectorized loops in float32 blocks of SUM_BLOCK terms.  Before: one float32 accumulator (or
-one per SIMD lane) added every term, and 1e6 terms of 0.1 summed to 99999.09 (100001.38 on a
-serial path).  Each strategy below is checked on constant data, the worst case of a serial
+Long sums (plan.wide_sum): a float16/float32 sum of more than LONG_SUM terms folds into float64
+through float32 partial sums of at most SUM_CHAIN terms (vectorized loops: blocks of SUM_BLOCK,
+column sums: float32 rows per block of rows).  Before: one float32 accumulator (or one per SIMD
+lane) added every term, and 1e6 terms of 0.1 summed to 99999.09 (100958.3 serially).  Each strategy below is checked on constant data, the worst case of a serial
 float32 chain (every rounding errs the same way), against float64: within 1e-6 relative.
 
 Bit-identity is promised run to run on one machine with one thread count (README, docs/kernels.md),
@@ -28,7 +28,7 @@ from texpr_ad import _env, te
 from texpr_ad.kernels.numba_cuda import CUDARenderer
 from texpr_ad.ops import elementwise as ew
 from texpr_ad.schedule import plan_kernel
-from texpr_ad.schedule.plan import LONG_SUM, SUM_BLOCK, wide_sum
+from texpr_ad.schedule.plan import LONG_SUM, wide_sum
 from texpr_ad.te.expr import Reduce
 from texpr_ad.te.visit import walk
 
@@ -165,6 +165,19 @@ def test_long_float32_sums_are_accurate_in_every_strategy(name):
     got = kern(xs)
     for o, g, w in zip(outs, got, ref(xs.astype(np.float64)), strict=True):
         assert rel_err(g, w) < 1e-6, (o.name, rel_err(g, w))
+
+
+def test_wide_column_sums_keep_float32_rows_in_their_simd_loop():
+    """Column sums fold blocks of 64 rows into a float32 row (the SIMD loop over columns stays
+    float32) added into the float64 partial row per block; a 1-D chunk folds float32 blocks
+    of 256 terms whose index counts up from a non-negative start (so it vectorizes)."""
+    outs, ins, *_ = _split_rows()
+    src = ta.build(outs, ins).source
+    assert "y_blk = np.empty(32, dtype=np.float32)" in src and ", 64):" in src, src
+    assert "dtype=np.float64" in src and "y_part[y_c, j] = y_part[y_c, j] + y_blk[j]" in src, src
+    outs, ins, *_ = _split_lanes()
+    src = ta.build(outs, ins).source
+    assert "y_s0 = max(y_c * 37500, 0)" in src and "range(min(256, y_n - y_kb * 256))" in src, src
 
 
 def test_short_sums_keep_their_float32_accumulators():
@@ -366,12 +379,11 @@ GENERIC_SCRIPT = textwrap.dedent("""
 
 def test_long_sums_are_accurate_on_the_narrowest_vector_target(tmp_path):
     """The same accuracy with Numba compiling for baseline x86-64 (128-bit SSE2 vectors):
-    a block's lanes, however many, hold chains of at most SUM_BLOCK terms."""
+    a block of SUM_BLOCK terms over at least 4 lanes leaves each a chain of SUM_CHAIN."""
     res = _child(GENERIC_SCRIPT, tmp_path, NUMBA_CPU_NAME="generic", NUMBA_CPU_FEATURES="")
     assert res.returncode == 0, res.stderr[-3000:]
     errs = [float(e) for e in res.stdout.split("ERR")[1].split()]
     assert max(errs) < 1e-6, errs
-    assert SUM_BLOCK <= 256  # the bound above: 64-term float32 chains with 4 lanes
 
 
 def test_the_native_gemm_follows_numbas_target_features(monkeypatch):

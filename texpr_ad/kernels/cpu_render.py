@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..schedule.plan import SUM_BLOCK, ComputeStage, ScatterStage, wide_sum
+from ..schedule.plan import SUM_BLOCK, SUM_CHAIN, ComputeStage, ScatterStage, wide_sum
 from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind
 from .render import (CHECK_NAME, ERR_NAME, KERNEL_NAME, WIDE_ZERO, _describe, _is_placeholder, _is_zero,
                      _np_dtype, _reduce_groups, _Render, loop_entry_checks, stage_unproven, top)
@@ -260,37 +260,39 @@ class CPURender(_Render):
         `LANE_STEP`, one per reduce axis, each folded into the one outside it when its loop
         ends: over (n, h, w) a float32 sum adds chains of n, h and w terms, not n*h*w.
         `chunk` replaces the outermost axis's range (a split chunk's).  A wide sum
-        (plan.wide_sum) keeps the outer accumulators in float64 and folds its innermost loop
-        in float32 blocks (`fold_levels`).  Returns the outermost accumulator (float64 when
+        (plan.wide_sum) adds float32 chains of at most SUM_CHAIN terms: the outermost
+        accumulator and those of longer loops are float64, a long innermost loop folds in
+        float32 blocks (`fold_levels`).  Returns the outermost accumulator (float64 when
         wide)."""
         levels: list[Level] = []
-        last = len(r.axis) - 1
+        last, wide = len(r.axis) - 1, wide_sum(r)
         for k, ax in enumerate(r.axis):
             acc = self.names.fresh(f"{stage}_acc")
-            levels += self.fold_levels(ax, acc, stage, env, wide_sum(r) and k == last,
-                                       chunk if k == 0 else None)
+            long = k == 0 or _longer(ax, SUM_CHAIN)
+            levels += self.fold_levels(ax, acc, stage, env, wide and k == last,
+                                       chunk if k == 0 else None, wide and long and k < last)
         step = LANE_STEP[r.combiner.kind]
         self.fold_nest(depth, r, levels, lambda d: f"{step}({levels[-1].acc}, "
                                                     f"{top(self.expr(r.source[0], env))})")
         return levels[0].acc
 
     def fold_levels(self, ax: IterVar, acc: str, stage: str, env: dict[Expr, str], block: bool,
-                    chunk: Chunk | None = None) -> list[Level]:
-        """The loop of `ax` (or `chunk`'s range of it) folding into `acc`; when `block` and it
-        is longer than SUM_BLOCK, two levels instead: a loop over blocks folding into `acc`
-        and one over a block of at most SUM_BLOCK terms folding into a float32 accumulator of
-        its own (the lanes LLVM vectorizes hold short chains).  The block index counts from
-        0 and the chunk's start is clamped at 0, so LLVM sees that reads at `ax` are not
-        negative (no wraparound select) and vectorizes the loop."""
+                    chunk: Chunk | None = None, f64: bool = False) -> list[Level]:
+        """The loop of `ax` (or `chunk`'s range of it) folding into `acc` (float64 if `f64`);
+        when `block` and it is longer than SUM_BLOCK, two levels instead: a loop over blocks
+        folding into `acc` (float64) and one over a block of at most SUM_BLOCK terms folding
+        into a float32 accumulator of its own (the lanes LLVM vectorizes hold short chains).
+        The block index counts from 0 and the chunk's start is clamped at 0, so LLVM sees
+        that reads at `ax` are not negative (no wraparound select) and vectorizes the loop."""
         if chunk is None:
             n = int(ax.extent.value) if isinstance(ax.extent, Const) else None  # type: ignore[attr-defined]
             if not block or n is None or n <= SUM_BLOCK:
-                return [Level(acc, lambda d: self.range_loop(d, ax, env))]
+                return [Level(acc, lambda d: self.range_loop(d, ax, env), f64)]
             lo = self.expr(ax.lo, env)
             start, count = ("" if _is_zero(ax.lo) else f"{lo} + "), str(n)
         else:
             if not block:
-                return [Level(acc, lambda d: self.emit(d, chunk.header(self.axis(ax))))]
+                return [Level(acc, lambda d: self.emit(d, chunk.header(self.axis(ax))), f64)]
             n = chunk.size
             start = self.names.fresh(f"{stage}_s0")
             count = self.names.fresh(f"{stage}_n")
@@ -310,19 +312,18 @@ class CPURender(_Render):
             self.emit(d, f"for {kk} in range({inner}):")
             base = start if chunk is None else f"{chunk.lo}{start} + "
             self.emit(d + 1, f"{self.axis(ax)} = {base}{kb} * {SUM_BLOCK} + {kk}")
-        return [Level(acc, blocks), Level(blk, block)]
+        return [Level(acc, blocks, True), Level(blk, block)]
 
     def fold_nest(self, depth: int, r: Reduce, levels: list[Level],
                   inner: Callable[[int], str]) -> None:
         """Open `levels` (outermost first), each with its accumulator set to `r`'s identity
-        (float64 zero for a wide level), step the innermost with `inner(depth)` (which may
-        emit statements first), and fold each level into the one outside it as its loop ends.
-        A wide sum's levels are float64 except the innermost (a block, or a short axis)."""
+        (float64 zero for a float64 level), step the innermost with `inner(depth)` (which may
+        emit statements first), and fold each level into the one outside it as its loop
+        ends."""
         ident = top(self.expr(r.combiner.identity[0], {}))
-        wide = wide_sum(r)
         d = depth
-        for k, lv in enumerate(levels):
-            self.emit(d, f"{lv.acc} = {WIDE_ZERO if wide and k < len(levels) - 1 else ident}")
+        for lv in levels:
+            self.emit(d, f"{lv.acc} = {WIDE_ZERO if lv.f64 else ident}")
             lv.open(d)
             d += 1
         self.emit(d, f"{levels[-1].acc} = {inner(d)}")
@@ -431,7 +432,11 @@ class CPURender(_Render):
         self.emit(depth, f"{acc} = np.empty({top(self.expr(row.extent, {}))}, dtype=np.{dtype})")
         self.range_loop(depth, row, {})
         self.emit(depth + 1, f"{acc}[{self.axis(row)}] = {ident}")
-        self.fold(depth, [(st, lambda: f"{acc}[{self.axis(row)}]")], r.axis, row)
+        first, at = r.axis[0], f"{acc}[{self.axis(row)}]"
+        lo, ext = top(self.expr(first.lo, {})), top(self.expr(first.extent, {}))
+        if not self.fold_rows(depth, first, lo, ext if _is_zero(first.lo) else f"{lo} + {ext}",
+                              [(st, at)], r.axis[1:], row):
+            self.fold(depth, [(st, lambda: at)], r.axis, row)
         self.range_loop(depth, row, {})
         v = self.names.fresh(f"{st.name}_acc")
         self.emit(depth + 1, f"{v} = {self.rounded(r, f'{acc}[{self.axis(row)}]')}")
@@ -447,6 +452,40 @@ class CPURender(_Render):
     def rounded(self, r: Reduce, acc: str) -> str:
         """An accumulator of `r` as a value of its dtype (a wide sum's is float64)."""
         return f"np.{r.dtype}({acc})" if wide_sum(r) else acc
+
+    def fold_rows(self, depth: int, ax: IterVar, start: str, stop: str,
+                  stages: Sequence[tuple[ComputeStage, str]], axes: Sequence[IterVar],
+                  row: IterVar) -> bool:
+        """`fold` of `stages` (each with its accumulator row element, indexed by `row`) over
+        `ax` from `start` to `stop`, then `axes`, then `row`, where a wide sum (plan.wide_sum,
+        its row float64) can fold blocks of `ax` (each adding at most SUM_CHAIN terms to an
+        element) into a float32 row of its own, added into the float64 row when the block
+        ends: the row loop stays a float32 SIMD loop.  False (nothing emitted) where no stage
+        can: the caller folds as usual (a wide row then takes each term in float64)."""
+        other = 1.0
+        for a in axes:
+            other *= int(a.extent.value) if isinstance(a.extent, Const) else float("inf")  # type: ignore[attr-defined]
+        per = int(SUM_CHAIN // other)
+        wide = [(st, at) for st, at in stages if per >= 1 and wide_sum(_reduce_groups(st.bodies)[0][0])]
+        if not wide:
+            return False
+        j, ext = self.axis(row), top(self.expr(row.extent, {}))
+        blk = {id(st): self.names.fresh(f"{st.name}_blk") for st, _ in wide}
+        for st, _ in wide:
+            r = _reduce_groups(st.bodies)[0][0]
+            self.emit(depth, f"{blk[id(st)]} = np.empty({ext}, dtype=np.{r.dtype})")
+        b = self.names.fresh(f"{stages[0][0].name}_rb")
+        self.emit(depth, f"for {b} in range({start}, {stop}, {per}):")
+        self.range_loop(depth + 1, row, {})
+        for st, _ in wide:
+            self.emit(depth + 2, f"{blk[id(st)]}[{j}] = {self._ident(st)}")
+        self.emit(depth + 1, f"for {self.axis(ax)} in range({b}, min({b} + {per}, {stop})):")
+        self.fold(depth + 2, [(st, lambda at=(f"{blk[id(st)]}[{j}]" if id(st) in blk else at): at)
+                              for st, at in stages], axes, row)
+        self.range_loop(depth + 1, row, {})
+        for st, at in wide:
+            self.emit(depth + 2, f"{at} = {at} + {blk[id(st)]}[{j}]")
+        return True
 
     def fold(self, depth: int, stages: Sequence[tuple[ComputeStage, Callable[[], str]]],
              axes: Sequence[IterVar], row: IterVar | None) -> None:
@@ -528,12 +567,15 @@ class CPURender(_Render):
                     self.emit(depth + (row is not None), f"{at} = {self.acc_type(reds[k])[1]}")
             outer = {k: self.names.fresh(f"{stages[k].name}_acc") for k in riders}
             inner = {k: self.names.fresh(f"{stages[k].name}_acc") for k in riders}
-            for k in riders:  # a wide rider's outer accumulator is float64, a row its block
+            for k in riders:  # a wide rider's outer accumulator is float64
                 self.emit(depth, f"{outer[k]} = {self.acc_type(reds[k])[1]}")
-            self.emit(depth, chunk.header(s))
-            for k in riders:
-                self.emit(depth + 1, f"{inner[k]} = {self._ident(stages[k])}")
-            self.fold(depth + 1, [(s_, lambda at=at: at) for s_, at in rows_], r.axis[1:], row)
+            if not (row is not None and not riders and self.fold_rows(
+                    depth, split, f"{chunk.lo}{chunk.start()}",
+                    f"{chunk.lo}min({chunk.start()} + {size}, {n})", rows_, r.axis[1:], row)):
+                self.emit(depth, chunk.header(s))
+                for k in riders:  # its row, in float32 lanes, is one block of a wide rider
+                    self.emit(depth + 1, f"{inner[k]} = {self._ident(stages[k])}")
+                self.fold(depth + 1, [(s_, lambda at=at: at) for s_, at in rows_], r.axis[1:], row)
             rks = {k: _reduce_groups(stages[k].bodies)[0][0] for k in riders}
             steps = {k: LANE_STEP[rk.combiner.kind] for k, rk in rks.items()}
             for k, rk in rks.items():  # in the row loop, then once per row, as stepped_fold does
@@ -569,6 +611,7 @@ class Level:
 
     acc: str
     open: Callable[[int], None]
+    f64: bool = False
 
 
 @dataclass(frozen=True)
@@ -587,6 +630,11 @@ class Chunk:
     def header(self, var: str) -> str:
         return (f"for {var} in range({self.lo}{self.start()}, "
                 f"{self.lo}min({self.start()} + {self.size}, {self.n})):")
+
+
+def _longer(ax: IterVar, n: int) -> bool:
+    """Whether the loop of `ax` may run more than `n` times."""
+    return not (isinstance(ax.extent, Const) and int(ax.extent.value) <= n)  # type: ignore[arg-type]
 
 
 def _owns_slices(st: ScatterStage) -> bool:

@@ -159,6 +159,14 @@ class Tensor:
                                   f"indices must be integers (use .astype('int32'))")
         return Read(self, ix, self.dtype)
 
+    def asexpr(self) -> Read:
+        """A 0-dim tensor as a value: `x[i] * s` reads `s[()]` (a scalar argument of an op)."""
+        if self.ndim:
+            raise TensorError(f"tensor {self.name!r} has shape {shape_str(self.shape)} and is used "
+                              f"as a value; only 0-dim tensors are: read an element with "
+                              f"{self.ndim} indices inside te.compute ({self.name}[i, ...])")
+        return self()
+
     def __repr__(self) -> str:
         return f"Tensor({self.name}, shape={shape_str(self.shape)}, dtype={self.dtype})"
 
@@ -174,6 +182,12 @@ class Tensor:
 
     def __bool__(self) -> bool:
         return True
+
+
+# a 0-dim tensor in arithmetic is its value (`s * x[i]`, `2 * s`): delegate to `asexpr()`
+for _m in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "pow", "rpow",
+           "neg"):
+    setattr(Tensor, f"__{_m}__", lambda self, *o, _m=_m: getattr(self.asexpr(), f"__{_m}__")(*o))
 
 
 def shape_str(shape: Sequence[Expr]) -> str:
