@@ -1,0 +1,160 @@
+"""texpr_ad.torch ops as first-class PyTorch ops (issue #27): only the gradients asked for,
+scalars as arguments, named schemas, double backward, vmap, per-call overhead."""
+import itertools
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import texpr_ad as ta  # noqa: E402
+import texpr_ad.torch as tt  # noqa: E402
+from texpr_ad import te  # noqa: E402
+
+_ids = itertools.count()
+
+
+def _name(base: str) -> str:
+    """torch.library ops cannot be redefined: one fresh name per op made here."""
+    return f"first_class_{base}_{next(_ids)}"
+
+
+def _rms_scale(x, g):
+    n, d = x.shape
+    j = te.reduce_axis((0, d), name="j")
+    ms = te.compute((n,), lambda i: te.sum(x[i, j] * x[i, j], axis=j) / float(d.value), name="ms")
+    return te.compute((n, d), lambda i, c: x[i, c] * g[c] * te.rsqrt(ms[i] + 1e-6), name="y")
+
+
+def _rms_ref(x, g):
+    return x * g * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6)
+
+
+def _scale_shift(x, w, s, b):
+    """x * w * s + b with s a scalar argument used directly, b one read as b[()]."""
+    return te.compute(x.shape, lambda i, j: x[i, j] * w[j] * s + b[()], name="y")
+
+
+def _adjoints(op):
+    """{wrt positions: names of the derived adjoints} of every pullback the op has made."""
+    return {k[2]: [a.name for a in p.adjoints if a is not None] for k, p in op.core._pullbacks.items()}
+
+
+# -- A: only the gradients asked for ------------------------------------------------------------
+
+def test_vjp_wrt_derives_and_builds_only_the_gradients_asked_for():
+    X = te.placeholder((3, 4), "float64", name="X")
+    W = te.placeholder((4,), "float64", name="W")
+    Y = te.compute((3, 4), lambda i, j: te.tanh(X[i, j] * W[j]), name="Y")
+    fwd, bwd = ta.vjp([Y], [X, W], wrt=[X])
+    assert [a is not None for a in fwd.pullback.adjoints] == [True, False]
+    x, w = np.linspace(-1, 1, 12).reshape(3, 4), np.array([0.5, 1.0, 2.0, -1.0])
+    (y,), res = fwd(x, w)
+    dx, dw = bwd(res, np.ones_like(y))
+    assert dw is None
+    np.testing.assert_allclose(dx, (1 - np.tanh(x * w) ** 2) * w)
+    with pytest.raises(ta.GradientError, match=r"vjp: wrt= names 'Y', which is not one of the inputs"):
+        ta.vjp([Y], [X, W], wrt=[Y])
+
+
+def test_custom_op_vjp_wrt_is_cached_per_subset():
+    op = ta.custom_op(_rms_scale, name="rms")
+    x, g = np.random.default_rng(0).standard_normal((3, 4)), np.ones(4)
+    gx_all, gg_all = op.vjp(np.ones((3, 4)), x, g)
+    gx, gg = op.vjp(np.ones((3, 4)), x, g, wrt=[0])
+    assert gg is None
+    np.testing.assert_allclose(gx, gx_all)
+    assert op.pullback([((3, 4), "float64"), ((4,), "float64")], save="none", wrt=[0]) is \
+        op.pullback([((3, 4), "float64"), ((4,), "float64")], save="none", wrt=(0, 0))
+
+
+def test_torch_op_derives_only_the_gradients_that_autograd_will_ask_for():
+    """Before: the backward derived, built and computed dg although g did not require grad."""
+    op = tt.custom_op(_rms_scale, name=_name("rms_needs"))
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(4, dtype=torch.float64)
+    op(x, g).sum().backward()
+    assert _adjoints(op) == {(0,): ["dx"]}
+    torch.testing.assert_close(x.grad, torch.autograd.grad(_rms_ref(x, g).sum(), x)[0])
+    with torch.no_grad():  # no gradient: no residuals, no adjoint
+        y = op(x, g)
+    assert not y.requires_grad and _adjoints(op)[()] == []
+    g.requires_grad_()
+    (gx, gg) = torch.autograd.grad(op(x, g).sum(), [x, g])
+    rx, rg = torch.autograd.grad(_rms_ref(x, g).sum(), [x, g])
+    torch.testing.assert_close((gx, gg), (rx, rg))
+    assert sorted(_adjoints(op)[(0, 1)]) == ["dg", "dx"]
+
+
+def test_torch_backward_returns_none_for_inputs_not_requiring_grad():
+    op = tt.custom_op(_rms_scale, name=_name("rms_none"))
+    x = torch.randn(3, 4, dtype=torch.float64)
+    g = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    op(x, g).sum().backward()
+    assert x.grad is None and g.grad is not None
+    assert _adjoints(op) == {(1,): ["dg"]}
+
+
+# -- B: scalars as arguments, named schemas -----------------------------------------------------
+
+def test_te_zero_dim_tensor_is_a_value_in_expressions():
+    """Before: `x[i] * s` with s a 0-dim te tensor raised AttributeError ('item')."""
+    x = te.placeholder((3,), "float64", name="x")
+    s = te.placeholder((), "float64", name="s")
+    y = te.compute((3,), lambda i: x[i] * s + 2.0 * s - s ** 2 + te.exp(s), name="y")
+    got, = te.evaluate([y], {x: np.arange(3.0), s: np.array(0.5)})
+    np.testing.assert_allclose(got, np.arange(3.0) * 0.5 + 1.0 - 0.25 + np.exp(0.5))
+    with pytest.raises(te.TensorError, match=r"tensor 'x' has shape \(3,\) and is used as a value; "
+                                             r"only 0-dim tensors are"):
+        te.compute((3,), lambda i: x * 2.0)
+
+
+def test_python_numbers_and_zero_dim_tensors_are_runtime_scalar_arguments():
+    """Before: OpArgumentError for a Python float (and each value needed its own op name)."""
+    op = tt.custom_op(_scale_shift, name=_name("scale_shift"))
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, dtype=torch.float64)
+    for s, b in [(0.5, 1.0), (2.0, -3.0), (3, True)]:
+        torch.testing.assert_close(op(x, w, s, b), x * w * s + float(b))
+    # one signature for both float values, one for (int, bool): no kernel per value
+    assert {tuple(d for _, d in k[0][2:]) for k in op.core._pullbacks} == {("<f8", "<f8"),
+                                                                           ("<i8", "|b1")}
+    y32 = op(x.detach().float(), w.float(), 0.5, 1.0)
+    assert y32.dtype == torch.float32  # a Python float takes the tensors' float dtype
+    s = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    b = torch.tensor(0.1, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(op, (x, w.requires_grad_(), s, b))
+    gx, = torch.autograd.grad(op(x, w, 0.5, 1.0).sum(), [x])  # a number gets no gradient
+    torch.testing.assert_close(gx, (w * 0.5).expand(3, 4))
+
+
+def test_schema_names_the_te_function_parameters():
+    op = tt.custom_op(_scale_shift, name=_name("named"))
+    assert str(op.forward_op._opoverload._schema).endswith(
+        "(Tensor x, Tensor w, Tensor s, Tensor b, bool[] wrt) -> Tensor[]")
+    star = tt.custom_op(lambda *xs: te.compute(xs[0].shape, lambda i: xs[0][i] + xs[1][i], name="s"),
+                        name=_name("star"))
+    assert "(Tensor[] xs, bool[] wrt)" in str(star.forward_op._opoverload._schema)
+    torch.testing.assert_close(star(torch.ones(2), torch.ones(2)), torch.full((2,), 2.0))
+
+
+def test_other_arguments_are_an_error_naming_the_argument():
+    op = tt.custom_op(_scale_shift, name=_name("bad_arg"))
+    with pytest.raises(ta.OpArgumentError, match=r"argument 2 \('s'\) is of type list, not a torch "
+                                                 r"tensor or Python number; convert it"):
+        op(torch.ones(3, 4), torch.ones(4), [0.5], 1.0)
+
+
+def test_scalars_under_torch_compile_fullgraph_and_opcheck():
+    op = tt.custom_op(_scale_shift, name=_name("compiled"))
+    f = torch.compile(lambda x, w, s: op(x, w, s, 0.25).sum(), fullgraph=True, backend="aot_eager")
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    s = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+    f(x, w, s).backward()
+    want = torch.autograd.grad((x * w * s + 0.25).sum(), [x, w, s])
+    torch.testing.assert_close((x.grad, w.grad, s.grad), want)
+    b = torch.tensor(0.25, dtype=torch.float64)
+    torch.library.opcheck(op.forward_op, (x, w, s, b, [True, True, True, False]),
+                          test_utils=("test_schema", "test_autograd_registration",
+                                      "test_faketensor", "test_aot_dispatch_static"))
