@@ -13,8 +13,10 @@ from .from_tvm import FromTVM, from_tvm
 from .grad import BridgeError, register
 from .relax_ops import Summary, register_missing_gradients
 from .te_gradient import te_gradient
+from .train_torch import TorchTrainError, TorchTrainer, train_torch
 from .to_tvm import TranslationError, build, prim_func, translate
 
 __all__ = ["BridgeError", "FromTVM", "Summary", "TranslationError", "build",
            "call_te_with_auto_grad", "check_op", "from_tvm", "prepare_for_build", "prim_func",
-           "register", "register_missing_gradients", "te_gradient", "translate"]
+           "register", "register_missing_gradients", "te_gradient", "TorchTrainError",
+           "TorchTrainer", "train_torch", "translate"]

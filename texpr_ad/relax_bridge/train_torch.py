@@ -1,0 +1,318 @@
+"""Train a PyTorch `nn.Module` in TVM Relax, checked against PyTorch.
+
+    from texpr_ad.relax_bridge import train_torch
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    trainer = train_torch(model, (x,), F.cross_entropy, opt, example_targets=(y,))
+    print(trainer.gradient_errors)          # worst relative error per parameter vs torch.autograd
+    for x, y in batches:
+        loss = trainer.step((x,), (y,))
+    model.load_state_dict(trainer.state_dict())
+
+`train_torch` exports `loss_fn(model(*inputs), *targets)` with `torch.export` as one function of
+(inputs, targets, parameters, buffers) returning (loss, updated buffers), so BatchNorm running
+statistics are computed in the graph and fed back each step.  It runs PyTorch's decompositions
+(TVM 0.27's importer miscomputes `aten.batch_norm` and `aten.cross_entropy_loss` as they are, and
+returns zeros for a functional batch norm's new statistics), imports the program with
+`from_exported_program`, registers the gradients TVM lacks (`register_missing_gradients`),
+differentiates it with `relax.transform.Gradient`, and compiles it together with the step of TVM's
+own optimizer (`relax.training.optimizer`: SGD, MomentumSGD, Adam) that matches the given
+`torch.optim` optimizer.  Before returning, the imported forward (loss and new buffers) and the
+first-step gradients are compared with PyTorch on the example batch; a disagreeing forward is
+refused with a `TorchTrainError` naming the first disagreeing op.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .grad import BridgeError
+
+FORWARD_RTOL = 1e-4   # max |tvm - torch| / max(|torch|, 1), float32 forward
+GRAD_RTOL = 1e-3      # max |tvm - torch| / max |torch| per parameter
+
+
+class TorchTrainError(BridgeError):
+    """`train_torch` cannot train this model faithfully (the message says where and what to do)."""
+
+
+def _optimizer(opt: Any) -> Any:
+    """TVM's optimizer with the hyperparameters of the `torch.optim` optimizer `opt`."""
+    import torch
+    from tvm.relax.training import optimizer as topt
+    name = type(opt).__name__
+    groups = getattr(opt, "param_groups", None)
+    if not isinstance(opt, torch.optim.Optimizer) or len(groups) != 1:
+        raise TorchTrainError(f"train_torch: optimizer= takes a torch.optim.SGD or Adam over the "
+                              f"model's parameters (one parameter group), got {name}")
+    g = groups[0]
+    if g.get("maximize") or g.get("amsgrad") or g.get("foreach") or g.get("differentiable"):
+        raise TorchTrainError(f"train_torch: {name} with maximize/amsgrad/foreach/differentiable "
+                              "has no TVM counterpart; leave those options at their defaults")
+    if isinstance(opt, torch.optim.SGD) and not g["momentum"]:
+        return topt.SGD(g["lr"], g["weight_decay"])
+    if isinstance(opt, torch.optim.SGD) and not g["dampening"]:
+        return topt.MomentumSGD(g["lr"], g["momentum"], 0.0, g["weight_decay"], g["nesterov"])
+    if type(opt) is torch.optim.Adam:
+        return topt.Adam(g["lr"], tuple(g["betas"]), g["eps"], g["weight_decay"])
+    raise TorchTrainError(f"train_torch: no TVM optimizer matches {name} with {dict(g, params=...)}"
+                          "; use torch.optim.SGD (momentum without dampening) or torch.optim.Adam")
+
+
+def _init(opt: Any, params: list[Any]) -> Any:
+    """`opt.init(params)`, its dtype a string: TVM 0.27 keeps a PrimType there, which NumPy 2
+    refuses when Adam and MomentumSGD build their state."""
+    set_params = opt._set_params_and_dtype
+
+    def set_str(ps: list[Any]) -> None:
+        set_params(ps)
+        opt.dtype = str(opt.dtype.dtype)
+
+    opt._set_params_and_dtype = set_str
+    return opt.init(params)
+
+
+def _decompositions() -> dict[Any, Any]:
+    """torch.export's default table, plus batch norm in training mode (the importer returns zeros
+    for its new running statistics) and var_mean (which the importer lacks) as var and mean."""
+    import torch
+    from torch._decomp import get_decompositions
+    aten = torch.ops.aten
+    table = torch.export.default_decompositions()
+    table.update(get_decompositions([aten._native_batch_norm_legit_functional]))
+
+    def var_mean(x: Any, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
+        return (aten.var.correction(x, dim, correction=correction, keepdim=keepdim),
+                aten.mean.dim(x, dim, keepdim))
+
+    table[aten.var_mean.correction] = var_mean
+    return table
+
+
+class _Step:
+    """`(*inputs, *targets, *params, *buffers) -> (loss, *new buffers)` of a model and a loss."""
+
+    def __init__(self, model: Any, loss_fn: Callable[..., Any], n_in: int, params: list[str],
+                 buffers: list[str]) -> None:
+        self.model, self.loss_fn, self.n_in = model, loss_fn, n_in
+        self.params, self.buffers = params, buffers
+
+    def __call__(self, *args: Any) -> tuple[Any, ...]:
+        import torch
+        n, p = self.n_in, len(self.params)
+        data, state = args[:len(args) - p - len(self.buffers)], args[len(args) - p - len(self.buffers):]
+        bufs = {k: b.clone() for k, b in zip(self.buffers, state[p:])}  # updated in place by BN
+        out = torch.func.functional_call(self.model, {**dict(zip(self.params, state[:p])), **bufs},
+                                         tuple(data[:n]))
+        return (self.loss_fn(out, *data[n:]), *bufs.values())
+
+    def module(self) -> Any:
+        import torch
+        step = self
+
+        class Step(torch.nn.Module):  # holds no parameters: they are all inputs
+            def forward(self, *args: Any) -> tuple[Any, ...]:
+                return step(*args)
+
+        return Step()
+
+
+def _tuple(x: Any) -> tuple[Any, ...]:
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def _rel(got: np.ndarray, want: np.ndarray, floor: float) -> float:
+    want = np.asarray(want, dtype=np.float64)
+    return float(np.abs(np.asarray(got, np.float64) - want).max(initial=0.0)
+                 / max(float(np.abs(want).max(initial=0.0)), floor))
+
+
+class TorchTrainer:
+    """A compiled Relax training step of a PyTorch model (made by `train_torch`).
+
+    `step(inputs, targets)` runs forward, backward and the optimizer update in TVM and returns the
+    loss; parameters, buffers (BatchNorm statistics) and the optimizer state stay in TVM.
+    `state_dict()` gives them back as torch tensors (`model.load_state_dict(...)`).
+    Attributes: `ops` (Relax op counts of the imported forward), `derived_ops` (ops whose gradient
+    texpr_ad derived), `no_grad_ops` (ops given a no-grad gradient), `gradient_errors` (worst relative error per parameter against
+    torch.autograd on the example batch), `compile_seconds`.
+    """
+
+    def __init__(self, model: Any, example_inputs: Any, loss_fn: Callable[..., Any],
+                 optimizer: Any, example_targets: Any = (), decompose: bool = True) -> None:
+        import torch
+        import tvm
+        from tvm import relax
+        from tvm.relax.frontend.torch import from_exported_program
+        from .api import prepare_for_build
+        from .relax_ops import register_missing_gradients
+        if not isinstance(model, torch.nn.Module):
+            raise TorchTrainError(f"train_torch: model must be a torch.nn.Module, got "
+                                  f"{type(model).__name__}")
+        inputs, targets = _tuple(example_inputs), _tuple(example_targets)
+        named = dict(model.named_parameters())
+        self.param_names = [k for k, p in named.items() if p.requires_grad]
+        self.buffer_names = [k for k, p in named.items() if not p.requires_grad] + [
+            k for k, _ in model.named_buffers()]
+        self._step = _Step(model, loss_fn, len(inputs), self.param_names, self.buffer_names)
+        self._n_data = len(inputs) + len(targets)
+        sd = {**named, **dict(model.named_buffers())}
+        state = [sd[k].detach().clone() for k in self.param_names + self.buffer_names]
+        args = (*inputs, *targets, *state)
+        ep = torch.export.export(self._step.module(), args)
+        if decompose:
+            ep = ep.run_decompositions(_decompositions())
+        self._ep = ep
+        t0 = time.perf_counter()
+        mod = from_exported_program(ep, run_ep_decomposition=False, no_bind_return_tuple=True)
+        main = mod["main"]
+        self.ops = Counter(str(b.value.op.name) for blk in main.body.blocks for b in blk.bindings
+                           if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op))
+        summary = register_missing_gradients(sorted(self.ops))
+        self.derived_ops, self.no_grad_ops = summary.registered, summary.no_grad
+        n_p = len(self.param_names)
+        pvars = list(main.params[self._n_data:self._n_data + n_p])
+        mod = relax.transform.Gradient("main", require_grads=pvars, target_index=0)(mod)
+        self._opt = _init(_optimizer(optimizer), pvars)
+        mod["optimizer"] = self._opt.get_function().with_attr("global_symbol", "optimizer")
+        self._vm = relax.VirtualMachine(tvm.compile(prepare_for_build(mod), target="llvm"),
+                                        tvm.cpu())
+        self.compile_seconds = time.perf_counter() - t0
+        self._mod = mod
+        self._params = [tvm.runtime.tensor(a.numpy()) for a in state[:n_p]]
+        self._buffers = [tvm.runtime.tensor(a.numpy()) for a in state[n_p:]]
+        self._opt_state = self._opt.state
+        self.gradient_errors = self.check_gradients(inputs, targets, _args=args)
+
+    def _run(self, inputs: Sequence[Any], targets: Sequence[Any]) -> tuple[Any, Any]:
+        import tvm
+        data = [tvm.runtime.tensor(np.ascontiguousarray(_np(a))) for a in (*inputs, *targets)]
+        return self._vm["main_adjoint"](*data, *self._params, *self._buffers)
+
+    def check_gradients(self, inputs: Any, targets: Any = (), _args: Any = None) -> dict[str, float]:
+        """Forward and gradients of the current parameters on one batch against PyTorch: the
+        worst relative error per parameter (also `gradient_errors`).  A disagreeing forward
+        raises `TorchTrainError` naming the first disagreeing op; gradients off by more than
+        GRAD_RTOL raise it naming the parameter."""
+        import torch
+        inputs, targets = _tuple(inputs), _tuple(targets)
+        if _args is None:
+            state = [torch.from_numpy(t.numpy()) for t in (*self._params, *self._buffers)]
+            _args = (*inputs, *targets, *state)
+        n0, n_p = self._n_data, len(self.param_names)
+        leaves = [a.clone().requires_grad_() for a in _args[n0:n0 + n_p]]
+        want = self._step(*_args[:n0], *leaves, *_args[n0 + n_p:])
+        want[0].backward()
+        outs, grads = self._run(inputs, targets)
+        for name, got, w in zip(["loss"] + self.buffer_names, outs, want):
+            w = w.detach().numpy()
+            if w.dtype.kind == "f" and _rel(got.numpy(), w, 1.0) > FORWARD_RTOL:
+                raise TorchTrainError(self._forward_mismatch(name, _args))
+        errors = {k: _rel(g.numpy(), p.grad.numpy(), 1e-12)
+                  for k, g, p in zip(self.param_names, grads, leaves)}
+        bad = {k: e for k, e in errors.items() if e > GRAD_RTOL}
+        if bad:
+            k = max(bad, key=bad.get)  # type: ignore[arg-type]
+            raise TorchTrainError(f"train_torch: the gradient of parameter {k!r} differs from "
+                                  f"torch.autograd's by {bad[k]:.2e} (relative; "
+                                  f"tolerance {GRAD_RTOL}); ops with derived gradients: "
+                                  f"{self.derived_ops}; report it with the model")
+        return errors
+
+    def _forward_mismatch(self, output: str, args: Sequence[Any]) -> str:
+        """The message for a forward that disagrees: the first disagreeing op, found by running
+        every intermediate of the imported graph against PyTorch's (one extra compile)."""
+        node, err = first_disagreeing_node(self._ep, args)
+        where = (f"first at op {node.target} (node {node.name!r}, relative error {err:.2e})"
+                 if node is not None else "no single op could be blamed")
+        return (f"train_torch: the imported forward disagrees with PyTorch on output {output!r}, "
+                f"{where}; TVM's importer miscomputes some ops as they are (batch_norm, "
+                "cross_entropy): keep decompose=True, or rewrite that op in plain tensor ops")
+
+    def step(self, inputs: Any, targets: Any = ()) -> float:
+        """One training step (forward, backward, optimizer update) on a batch; returns the loss."""
+        outs, grads = self._run(_tuple(inputs), _tuple(targets))
+        self._buffers = list(outs)[1:]
+        new_params, self._opt_state = self._vm["optimizer"](self._params, grads, self._opt_state)
+        self._params = list(new_params)
+        return float(outs[0].numpy())
+
+    def state_dict(self) -> dict[str, Any]:
+        """The trained parameters and buffers as torch tensors, keyed as `model.state_dict()`."""
+        import torch
+        return {k: torch.from_numpy(t.numpy().copy()) for k, t in
+                zip(self.param_names + self.buffer_names, [*self._params, *self._buffers])}
+
+
+def _np(a: Any) -> np.ndarray:
+    return a.detach().cpu().numpy() if hasattr(a, "detach") else np.asarray(a)
+
+
+def first_disagreeing_node(ep: Any, args: Sequence[Any]) -> tuple[Any, float]:
+    """(the first fx node of `ep` whose value TVM's import computes differently, its relative
+    error), or (None, 0.0): every float intermediate of the imported graph is returned and
+    compared in graph order with PyTorch's (`torch.fx.Interpreter` on the same program)."""
+    import torch
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+    imp = ExportedProgramImporter()
+    mod = imp.from_exported_program(ep, False, False, False, None)
+    main = mod["main"]
+    bound = {b.var.name_hint: b.var for blk in main.body.blocks for b in blk.bindings}
+    probes = [(n, bound[v.name_hint]) for n, v in imp.env.items()
+              if isinstance(v, relax.Var) and v.name_hint in bound
+              and isinstance(v.ty, relax.TensorType) and str(v.ty.dtype).startswith("float")]
+    if not probes:
+        return None, 0.0
+    blk = main.body.blocks[0]
+    out = relax.Var("probes", relax.TupleType([v.ty for _, v in probes]))
+    body = relax.SeqExpr([relax.DataflowBlock(list(blk.bindings) + [
+        relax.VarBinding(out, relax.Tuple([v for _, v in probes]))])], out)
+    mod = tvm.IRModule({"main": relax.Function(main.params, body)})
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    got = vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(_np(a))) for a in args])
+    seen: dict[Any, Any] = {}
+
+    class Rec(torch.fx.Interpreter):  # type: ignore[misc]
+        def run_node(self, n: Any) -> Any:
+            seen[n] = r = super().run_node(n)
+            return r
+
+    Rec(ep.graph_module).run(*args)
+    order = {n: k for k, n in enumerate(ep.graph_module.graph.nodes)}
+    for (n, _), g in sorted(zip(probes, got), key=lambda t: order.get(t[0][0], 0)):
+        w = seen.get(n)
+        if isinstance(w, torch.Tensor) and tuple(w.shape) == tuple(g.numpy().shape):
+            err = _rel(g.numpy(), w.detach().numpy(), 1.0)
+            if err > FORWARD_RTOL:
+                return n, err
+    return None, 0.0
+
+
+def train_torch(model: Any, example_inputs: Any, loss_fn: Callable[..., Any], optimizer: Any, *,
+                example_targets: Any = (), decompose: bool = True) -> TorchTrainer:
+    """Compile a training step of `model` in TVM Relax, checked against PyTorch.
+
+    `loss_fn(model(*inputs), *targets)` is the loss; `example_inputs` and `example_targets` (a
+    tensor or a tuple of them) fix the shapes and are the batch the forward and the first-step
+    gradients are checked on.  `optimizer` is a `torch.optim.SGD` or `torch.optim.Adam` over the
+    model's parameters; its hyperparameters select TVM's matching optimizer.  The model is trained
+    in its current mode (train mode: BatchNorm normalizes with batch statistics and its running
+    statistics are updated every step).  `decompose=False` imports torch's ops as they are (TVM
+    0.27 miscomputes some; the forward check then refuses them).  The model itself is not changed;
+    `model.load_state_dict(trainer.state_dict())` copies the trained values back.
+
+    Example::
+
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        trainer = train_torch(model, (x,), torch.nn.functional.cross_entropy, opt,
+                              example_targets=(y,))
+        losses = [trainer.step((x,), (y,)) for _ in range(10)]
+    """
+    return TorchTrainer(model, example_inputs, loss_fn, optimizer, example_targets, decompose)
+
+
+__all__ = ["TorchTrainError", "TorchTrainer", "first_disagreeing_node", "train_torch"]
