@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from texpr_ad.api import CustomOp, _param_names, build
+from texpr_ad.deriv import grad
 from texpr_ad.arrays import KERNEL_DTYPES, OpArgumentError, op_arguments, op_dtype
 from texpr_ad.errors import TexprError
 from texpr_ad.kernels import numba_cuda
@@ -122,6 +123,8 @@ class TorchOp:
                                      "(Tensor[] gs, Tensor[] xs, Tensor[] ys, bool[] wrt) -> Tensor[]",
                                      self._vjp, self._vjp_fake)
         self.forward_op.register_autograd(self._backward, setup_context=self._setup_context)
+        self.vjp_op.register_autograd(self._vjp_backward, setup_context=self._vjp_setup_context)
+        self._second: dict[int, TorchOp] = {}  # inputs count -> the op of the vjp graph
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         op_arguments(self.name, args, kwargs, self._arg_names, _takes,
@@ -185,6 +188,51 @@ class TorchOp:
         got = iter(self.vjp_op(heads, list(xs), list(ys), ctx.wrt) if any(ctx.wrt) else ())
         grads = [next(got) if w else None for w in ctx.wrt]
         return (*grads, None) if self._names else (grads, None)
+
+    # -- double backward: the vjp graph as an op, with its own derived vjp ------------------
+
+    def _vjp_setup_context(self, ctx: Any, inputs: tuple, output: Any) -> None:
+        gs, xs, ys, wrt = inputs
+        ctx.n_in, ctx.n_saved, ctx.wrt = len(xs), len(ys), wrt
+        ctx.wrt2 = [t.requires_grad for t in (*xs, *gs)]
+        ctx.save_for_backward(*xs, *gs)
+
+    def _vjp_backward(self, ctx: Any, ggs: Sequence[torch.Tensor | None]) -> tuple:
+        """Gradients of <ggs, vjp(gs, xs)> w.r.t. the inputs and the cotangents: the vjp graph
+        (`_second`: its adjoints as a te function of the inputs and cotangents) differentiated
+        by texpr_ad.  The saved outputs `ys` get None: the graph reads the inputs alone, so
+        its derivative w.r.t. the inputs is the whole one."""
+        saved, n = list(ctx.saved_tensors), ctx.n_in
+        xs, gs = saved[:n], saved[n:]
+        if not any(ctx.wrt2):
+            return [None] * len(gs), [None] * n, [None] * ctx.n_saved, None
+        second = self._second_op(n)
+        given = iter(ggs)
+        cot = {k: next(given) for k, w in enumerate(ctx.wrt) if w}
+        heads = [torch.zeros_like(x) if cot.get(k) is None else cot[k]
+                 for k, x in enumerate(xs) if _is_float(x)]
+        ys = second.forward_op(saved, ctx.wrt2)  # the adjoints (recomputed) and their residuals
+        got = iter(second.vjp_op(heads, saved, list(ys), ctx.wrt2))
+        d = [next(got) if w else None for w in ctx.wrt2]
+        return d[n:], d[:n], [None] * ctx.n_saved, None
+
+    def _second_op(self, n_in: int) -> TorchOp:
+        """The op `(*xs, *cotangents) -> adjoints of the float inputs`, registered as
+        `<name>_grad` (its own vjp, and so on for higher orders, derived the same way)."""
+        op = self._second.get(n_in)
+        if op is None:
+            fn = self.core.fn
+
+            def adjoints(*args: Tensor) -> list[Tensor]:
+                xs, heads = list(args[:n_in]), args[n_in:]
+                outs = fn(*xs)
+                outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+                diff = [k for k, o in enumerate(outs) if o.dtype.startswith("float")]
+                got = grad([outs[k] for k in diff], xs, head=[heads[k] for k in diff])
+                return [a for a in got if a is not None]
+            suffix = "_grad" if self._names else f"_grad{n_in}"
+            op = self._second[n_in] = TorchOp(adjoints, self.qualname + suffix)
+        return op
 
     # -- implementations (real and fake) ---------------------------------------------------
 

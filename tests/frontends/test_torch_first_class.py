@@ -158,3 +158,50 @@ def test_scalars_under_torch_compile_fullgraph_and_opcheck():
     torch.library.opcheck(op.forward_op, (x, w, s, b, [True, True, True, False]),
                           test_utils=("test_schema", "test_autograd_registration",
                                       "test_faketensor", "test_aot_dispatch_static"))
+
+
+# -- C: double backward, derived ----------------------------------------------------------------
+
+def _softmax(x):
+    n, d = x.shape
+    j, k = te.reduce_axis((0, d), name="j"), te.reduce_axis((0, d), name="k")
+    m = te.compute((n,), lambda i: te.max(x[i, j], axis=j), name="m")
+    e = te.compute((n, d), lambda i, c: te.exp(x[i, c] - m[i]), name="e")
+    s = te.compute((n,), lambda i: te.sum(e[i, k], axis=k), name="s")
+    return te.compute((n, d), lambda i, c: e[i, c] / s[i], name="p")
+
+
+def _gather_square(x, idx):
+    return te.compute(idx.shape, lambda i: x[idx[i]] * x[idx[i]], name="g")
+
+
+def test_gradgradcheck_on_a_reduction_a_softmax_and_a_gather():
+    """Before: RuntimeError 'no autograd formula was registered' for texpr_ad::<name>_vjp."""
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(tt.custom_op(_rms_scale, name=_name("gg_rms")), (x, g))
+    assert torch.autograd.gradgradcheck(tt.custom_op(_softmax, name=_name("gg_softmax")), (x,))
+    op = tt.custom_op(_gather_square, name=_name("gg_gather"))
+    idx = torch.tensor([4, 0, 4, 2])
+    v = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda v: op(v, idx), (v,))
+
+
+def test_gradient_penalty_with_create_graph_matches_pytorch():
+    op = tt.custom_op(_rms_scale, name=_name("penalty"))
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    got = []
+    for f in (op, _rms_ref):
+        gx, = torch.autograd.grad((f(x, g) ** 2).sum(), [x], create_graph=True)
+        got.append(torch.autograd.grad((gx ** 2).sum(), [x, g]))
+    torch.testing.assert_close(got[0], got[1])
+
+
+def test_third_derivative_through_the_derived_ops():
+    cube = tt.custom_op(lambda x: te.compute(x.shape, lambda i: x[i] ** 3, name="c"), name=_name("cube"))
+    x = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    g1, = torch.autograd.grad(cube(x).sum(), x, create_graph=True)
+    g2, = torch.autograd.grad(g1.sum(), x, create_graph=True)
+    g3, = torch.autograd.grad(g2.sum(), x)
+    torch.testing.assert_close((g1, g2, g3), (3 * x ** 2, 6 * x, torch.full_like(x, 6.0)))
