@@ -295,6 +295,29 @@ def test_segments_vjp_on_the_cuda_simulator():
     np.testing.assert_allclose(got, np.cos(x) * h, rtol=1e-12)
 
 
+def test_a_bound_reading_another_row_keeps_its_stage_out_of_the_prange():
+    """The CPU planner joined Y into Lq's prange (it read Lq only at its own row, it thought),
+    but Y's bound reads Lq at the next row, which another thread may not have written yet:
+    garbage bounds (a KernelIndexError past the data, or a wrong sum)."""
+    from texpr_ad.schedule.planner import plan_kernel
+    n = 2048  # parallel: at least 1024 rows
+    X = te.placeholder((n, 8), "float64", name="X")
+    L = te.placeholder((n,), "int32", name="L")
+    Lq = te.compute((n,), lambda i: L[i] * 2 - L[i], name="Lq")
+
+    def row(i):
+        k = te.reduce_axis((0, Lq[(i + 1) % n]), name="k")
+        return te.sum(X[i, k], axis=k)
+
+    Y = te.compute((n,), row, name="Y")
+    plan = plan_kernel([Y], [X, L], "cpu", None)
+    assert [(st.name, st.cpu.join) for st in plan.stages] == [("Lq", False), ("Y", False)]
+    rng = np.random.default_rng(4)
+    x, lens = rng.random((n, 8)), rng.integers(0, 9, n).astype(np.int32)
+    (y,) = ta.build([Y], [X, L])(x, lens)
+    np.testing.assert_allclose(y, [x[i, :lens[(i + 1) % n]].sum() for i in range(n)], rtol=1e-12)
+
+
 def test_cse_tells_apart_bounds_reading_tensors_of_one_name():
     """Two segment sums over offsets tensors both named "off": one stage each, not merged."""
     V = te.placeholder((10,), "float64", name="V")

@@ -13,7 +13,7 @@ from typing import Any, Iterator, Mapping
 
 from ..te.expr import Expr, Read
 from ..te.tensor import Tensor
-from ..te.visit import reads_in, walk
+from ..te.visit import reads_in
 from .plan import ComputeStage, ScatterStage, Stage
 from .plan import with_cpu as _cpu
 
@@ -72,8 +72,8 @@ def join_stages(stages: list[Stage], overrides: Mapping[str, Mapping[str, Any]])
         small = not ok and not pinned and ext is not None and _rides_along(st)
         if (ok or small) and ext is not None and st.order[0].extent.same_as(ext):  # type: ignore[union-attr]
             p = st.order[0]  # type: ignore[union-attr]
-            reads = [x for b in st.bodies for x in walk(b)  # type: ignore[union-attr]
-                     if isinstance(x, Read) and id(x.tensor) in rows]
+            reads = [x for x in reads_in(st.bodies)  # type: ignore[union-attr]
+                     if id(x.tensor) in rows]  # in reduce bounds too: `k < L[i + 1]` is another row
             if all(x.indices[rows[id(x.tensor)]] is p for x in reads):
                 st = _cpu(st, join=True) if ok else _cpu(
                     st, join=True, parallel=True, fused=1,

@@ -43,7 +43,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..te.expr import Expr, IterVar, Read, Reduce
-from ..te.visit import transform, walk
+from ..te.visit import reads_in, transform, walk
 from .plan import Accumulate, ComputeStage, Stage
 
 
@@ -207,4 +207,4 @@ def rename_axes(e: Expr, m: dict[IterVar, IterVar]) -> Expr:
 
 
 def _reads(st: ComputeStage) -> list[Read]:
-    return [x for b in st.bodies for x in walk(b) if isinstance(x, Read)]
+    return list(reads_in(st.bodies))  # reduce bounds included
