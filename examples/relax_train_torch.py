@@ -23,11 +23,15 @@ from texpr_ad.relax_bridge import train_torch
 
 
 class Block(nn.Module):
+    """Pre-LayerNorm transformer block.  qkv has no bias: a key bias has a zero gradient (it adds
+    the same q.b to every score of a row), so Adam would move it by rounding noise, differently
+    in any two implementations."""
+
     def __init__(self, d: int, heads: int) -> None:
         super().__init__()
         self.heads = heads
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d)
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
