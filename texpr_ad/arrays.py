@@ -11,13 +11,15 @@ positionally, in a dtype the kernels compute in); anything else is an `OpArgumen
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from .errors import TexprError
 from .te.tensor import Tensor, shape_str
-from .te.expr import Const
+from .te.expr import Call, Const, Expr, Var
+from .te.ops import Op
 
 
 class ArrayArgumentError(TexprError, ValueError):
@@ -98,5 +100,33 @@ def static_shape(t: Tensor) -> tuple[int, ...] | None:
     return None
 
 
+def shape_env(tensors: Sequence[Tensor], shapes: Sequence[Sequence[Any]]) -> dict[Var, Any]:
+    """The symbolic dims (`te.var`) of the placeholders `tensors` bound to the sizes in
+    `shapes` (ints, or a framework's symbolic sizes: torch SymInts, JAX dim expressions)."""
+    return {d: n for t, s in zip(tensors, shapes, strict=True)
+            for d, n in zip(t.shape, s, strict=True) if isinstance(d, Var)}
+
+
+_SHAPE_OPS: dict[Op, Callable[..., Any]] = {
+    Op.ADD: operator.add, Op.SUB: operator.sub, Op.MUL: operator.mul, Op.NEG: operator.neg,
+    Op.FLOORDIV: operator.floordiv, Op.DIV: operator.floordiv, Op.FLOORMOD: operator.mod,
+    Op.MIN: min, Op.MAX: max}
+
+
+def eval_shape(shape: Sequence[Expr], env: Mapping[Var, Any]) -> tuple[Any, ...]:
+    """A te shape with its symbolic dims bound in `env` (see `shape_env`), by Python's
+    operators, so that torch SymInts and JAX dim expressions give symbolic sizes."""
+    def ev(e: Expr) -> Any:
+        if isinstance(e, Const):
+            return int(e.value)  # type: ignore[arg-type]
+        if isinstance(e, Var):
+            return env[e]
+        if isinstance(e, Call) and e.op in _SHAPE_OPS:
+            return _SHAPE_OPS[e.op](*map(ev, e.args))
+        raise ArrayArgumentError(f"cannot compute the size `{e}` from the inputs' sizes; give the "
+                                 f"te function outputs shaped by its inputs' shapes")
+    return tuple(ev(e) for e in shape)
+
+
 __all__ = ["ArrayArgumentError", "KERNEL_DTYPES", "OpArgumentError", "as_array", "op_arguments",
-           "op_dtype", "shape_str", "static_shape"]
+           "eval_shape", "op_dtype", "shape_env", "shape_str", "static_shape"]

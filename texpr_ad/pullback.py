@@ -16,7 +16,7 @@ version counters.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Collection, NamedTuple, Sequence
+from typing import Any, Callable, Collection, NamedTuple, Sequence
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from .kernels.numba_cuda import is_device_array
 from .schedule.residuals import Decision, choose, rebuilt
 from .te import dtype as dt
 from .te.dag import placeholders, replace_inputs
+from .te.expr import Var
 from .te.tensor import Tensor
 
 
@@ -55,7 +56,9 @@ class Pullback:
     the backward graph over the saved tensors; both kernels are built on first use."""
 
     def __init__(self, outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str = "cpu",
-                 save: str | Collection[str] = "auto", wrt: Collection[int] | None = None) -> None:
+                 save: str | Collection[str] = "auto", wrt: Collection[int] | None = None,
+                 on_build: Callable[[], None] | None = None) -> None:
+        self.on_build = on_build  # called before each kernel is built (CustomOp.builds counts)
         self.outputs, self.inputs, self.target = list(outputs), list(inputs), target
         self.heads = [te.placeholder(o.shape, o.dtype, name=f"d{o.name}") for o in self.outputs]
         # only the adjoints asked for (positions `wrt`, default all) are derived; integer
@@ -78,6 +81,13 @@ class Pullback:
         self.grads = replace_inputs(live, images)
         read = {id(p) for p in placeholders(self.grads)}
         self.input_positions = [k for k, x in enumerate(self.inputs) if id(x) in read]
+        # symbolic dims (te.var) only an unread input carries (a bias's gradient is shaped by
+        # the bias): the backward takes that input too, to bind them from its shape
+        known = {d for k in self.input_positions for d in self.inputs[k].shape} | {
+            d for t in self.slots + self.heads for d in t.shape}
+        self.input_positions = sorted({*self.input_positions, *(
+            k for k, x in enumerate(self.inputs)
+            if any(isinstance(d, Var) and d not in known for d in x.shape))})
         self._fwd: Any = None
         self._bwd: Any = None
 
@@ -86,6 +96,8 @@ class Pullback:
         """Inputs -> outputs, then the saved tensors that are not outputs (`extra`)."""
         if self._fwd is None:
             from .kernels import build
+            if self.on_build:
+                self.on_build()
             self._fwd = build(self.outputs + self.extra, self.inputs, self.target)
         return self._fwd
 
@@ -94,6 +106,8 @@ class Pullback:
         """Read inputs, saved tensors, cotangents -> the live gradients (None if none)."""
         if self._bwd is None and self.grads:
             from .kernels import build
+            if self.on_build:
+                self.on_build()
             params = [self.inputs[k] for k in self.input_positions] + self.slots + self.heads
             self._bwd = build(self.grads, params, self.target)
         return self._bwd

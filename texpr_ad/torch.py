@@ -38,14 +38,15 @@ on (specialized), so each new shape recompiles the graph and builds kernels for 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from texpr_ad.api import CustomOp, _param_names, build
 from texpr_ad.deriv import grad
-from texpr_ad.arrays import KERNEL_DTYPES, OpArgumentError, op_arguments, op_dtype
+from texpr_ad.arrays import (KERNEL_DTYPES, OpArgumentError, op_arguments, op_dtype,
+                             shape_env)
 from texpr_ad.errors import TexprError
 from texpr_ad.kernels import numba_cuda
 from texpr_ad.te.tensor import Tensor
@@ -108,11 +109,12 @@ class TorchOp:
     `torch.library` ops (`texpr_ad::<name>`, `texpr_ad::<name>_vjp`).
     """
 
-    def __init__(self, fn: Callable[..., Any], name: str):
+    def __init__(self, fn: Callable[..., Any], name: str, dynamic: bool = False,
+                 static_dims: Mapping[str, int | Sequence[int]] | None = None):
         ns, _, base = name.rpartition("::")
         self.qualname = f"{ns or 'texpr_ad'}::{base}"
         self.name = base
-        self.core = CustomOp(fn, base)
+        self.core = CustomOp(fn, base, dynamic=dynamic, static_dims=static_dims)
         self._cuda: dict[tuple, list] = {}
         self._names = _schema_names(fn)
         args = ", ".join(f"Tensor {n}" for n in self._names) if self._names else "Tensor[] xs"
@@ -236,14 +238,15 @@ class TorchOp:
 
     # -- implementations (real and fake) ---------------------------------------------------
 
-    def _specs(self, xs: Sequence[torch.Tensor]) -> list[tuple[tuple[int, ...], Any]]:
-        """(shape, NumPy dtype) per tensor.  `int()` of a symbolic size (torch.compile's dynamic
-        shapes) guards on its value: the traced graph is specialized to this shape."""
+    def _specs(self, xs: Sequence[torch.Tensor]) -> list[tuple[tuple[Any, ...], Any]]:
+        """(shape, NumPy dtype) per tensor.  A symbolic size (a SymInt: torch.compile's dynamic
+        shapes, torch.export) stays symbolic: the core makes that dim a te.var, for this call
+        and the real ones after it (one kernel for all sizes)."""
         bad = next((k for k, x in enumerate(xs) if x.dtype not in _NP), None)
         if bad is not None:
             op_dtype(self.name, self._label(xs, bad), str(xs[bad].dtype).removeprefix("torch."),
                      "op(x.float(), ...).to(x.dtype)")
-        return [(tuple(int(d) for d in x.shape), _NP[x.dtype]) for x in xs]
+        return [(tuple(x.shape), _NP[x.dtype]) for x in xs]
 
     def _device(self, gs: Sequence[torch.Tensor], xs: Sequence[torch.Tensor],
                 ys: Sequence[torch.Tensor] = ()) -> torch.device:
@@ -259,8 +262,10 @@ class TorchOp:
     def _forward_fake(self, xs: list[torch.Tensor], wrt: list[bool]) -> list[torch.Tensor]:
         dev = self._device((), xs)  # a CPU tensor next to a meta one lands here: refuse it
         p = self._pullback(xs, wrt)
-        return [torch.empty([int(s) for s in _static(o)], dtype=_torch_dtype(o.dtype), device=dev)
-                for o in p.outputs + p.extra]
+        outs = p.outputs + p.extra  # shaped by the te shapes over the inputs' (Sym)Ints
+        shapes = self.core.out_shapes(self._specs(xs), outs)
+        return [torch.empty(s, dtype=_torch_dtype(o.dtype), device=dev)
+                for s, o in zip(shapes, outs, strict=True)]
 
     def _vjp_fake(self, gs: list[torch.Tensor], xs: list[torch.Tensor], ys: list[torch.Tensor],
                   wrt: list[bool]) -> list[torch.Tensor]:
@@ -285,7 +290,8 @@ class TorchOp:
         arrays = [_host(x) for x in xs]
         saved = [_host(y) for y in ys]
         n = len(p.outputs)
-        heads = self.core._heads([_host(g) for g in gs], p.outputs)
+        heads = self.core._heads([_host(g) for g in gs], p.outputs,
+                                 shape_env(p.inputs, [x.shape for x in xs]))
         res = p.backward(p.residuals(arrays, saved[:n], saved[n:]), *heads)
         return [torch.zeros_like(x) if r is None else torch.from_numpy(r)  # None: not reached
                 for r, x, w in zip(res, xs, wrt, strict=True) if w]
@@ -319,11 +325,14 @@ class TorchOp:
         return [torch.as_tensor(r, device=xs[0].device) for r in res]
 
 
-def custom_op(fn: Callable[..., Any], name: str) -> TorchOp:
+def custom_op(fn: Callable[..., Any], name: str, dynamic: bool = False,
+              static_dims: Mapping[str, int | Sequence[int]] | None = None) -> TorchOp:
     """Turn a te function (placeholders in, te tensor or list of them out; see `ta.custom_op`)
     into a PyTorch operator with a derived backward, registered as `texpr_ad::<name>` (or
-    `ns::name` when `name` has a namespace)."""
-    return TorchOp(fn, name)
+    `ns::name` when `name` has a namespace).  Kernels are built per shape, or with
+    `dynamic=True` per rank and dtype (sizes bound at the call; `static_dims={"w": (0, 1)}` pins
+    dims); under torch.compile's dynamic shapes the symbolic dims get one kernel for all sizes."""
+    return TorchOp(fn, name, dynamic, static_dims)
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -360,15 +369,6 @@ def _on_cuda(dev: torch.device, op: str) -> bool:
         raise TorchDeviceError(f"{op}: got CUDA tensors, but Numba finds no usable GPU; move them "
                                f"to the CPU with .cpu(), or install the `cuda` extra (numba-cuda)")
     return dev.type == "cuda"
-
-
-def _static(t: Tensor) -> tuple[Any, ...]:
-    from texpr_ad.arrays import static_shape
-    s = static_shape(t)
-    if s is None:
-        raise TorchOpError(f"output {t.name!r} has a symbolic shape; texpr_ad.torch needs the te "
-                           f"function to give outputs with shapes fixed by the inputs' shapes")
-    return s
 
 
 def _torch_dtype(d: str) -> torch.dtype:
