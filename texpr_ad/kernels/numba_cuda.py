@@ -541,9 +541,14 @@ def is_device_array(a: Any) -> bool:
 
 
 def host_stand_in(a: Any) -> np.ndarray:
-    """A zero-memory NumPy array with the shape and dtype of device array `a` (for the checks)."""
-    return np.lib.stride_tricks.as_strided(np.zeros(1, a.dtype), shape=a.shape,
-                                           strides=(0,) * len(a.shape))
+    """A zero-memory NumPy array with the shape and dtype of device array `a` (for the checks).
+    The dtype is read from `__cuda_array_interface__` where there is one: a torch tensor's
+    `.dtype` is a torch dtype NumPy cannot interpret."""
+    iface = getattr(a, "__cuda_array_interface__", None)
+    dtype = np.dtype(iface["typestr"]) if iface is not None else a.dtype
+    shape = tuple(iface["shape"]) if iface is not None else a.shape
+    return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape=shape,
+                                           strides=(0,) * len(shape))
 
 
 
