@@ -59,8 +59,9 @@ def _optimizer(opt: Any) -> Any:
         return topt.MomentumSGD(g["lr"], g["momentum"], 0.0, g["weight_decay"], g["nesterov"])
     if type(opt) is torch.optim.Adam:
         return topt.Adam(g["lr"], tuple(g["betas"]), g["eps"], g["weight_decay"])
-    raise TorchTrainError(f"train_torch: no TVM optimizer matches {name} with {dict(g, params=...)}"
-                          "; use torch.optim.SGD (momentum without dampening) or torch.optim.Adam")
+    what = f"{name} with dampening={g['dampening']}" if "dampening" in g else name
+    raise TorchTrainError(f"train_torch: no TVM optimizer matches {what}; use torch.optim.SGD "
+                          "(momentum without dampening) or torch.optim.Adam")
 
 
 def _init(opt: Any, params: list[Any]) -> Any:
