@@ -32,8 +32,9 @@ kernels compute in (`arrays.op_dtype`; float16/bfloat16: compute in float32), el
 OpArgumentError.  A Python number is a 0-dim tensor (a float one in the dtype of the first float
 tensor argument): a runtime value read as `s[()]` or `s` in te, one kernel for every value, no
 gradient; a 0-dim float tensor that requires grad gets one.  Under
-`torch.compile` with dynamic shapes, the op reads its sizes as ints: a symbolic size is guarded
-on (specialized), so each new shape recompiles the graph and builds kernels for that shape.
+`torch.compile` with dynamic shapes, the fake implementation shapes the outputs by the te
+shapes over the SymInts, and those dims become te.vars: one kernel for all sizes
+(`custom_op(..., dynamic=True)` does so in eager calls too; docs/frameworks.md).
 """
 from __future__ import annotations
 
