@@ -45,7 +45,10 @@ import numpy as np
 import torch
 
 from texpr_ad.api import CustomOp, _param_names, build
+from texpr_ad import te
 from texpr_ad.deriv import grad
+from texpr_ad.pullback import Pullback
+from texpr_ad.te.dag import add_batch_axis
 from texpr_ad.arrays import (KERNEL_DTYPES, OpArgumentError, op_arguments, op_dtype,
                              shape_env)
 from texpr_ad.errors import TexprError
@@ -128,6 +131,9 @@ class TorchOp:
         self.forward_op.register_autograd(self._backward, setup_context=self._setup_context)
         self.vjp_op.register_autograd(self._vjp_backward, setup_context=self._vjp_setup_context)
         self._second: dict[int, TorchOp] = {}  # inputs count -> the op of the vjp graph
+        self._vmapped: dict[tuple, TorchOp] = {}  # (batched args, wrt) -> the batched op
+        self.forward_op.register_vmap(self._forward_vmap)
+        self.vjp_op.register_vmap(self._vjp_vmap)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         op_arguments(self.name, args, kwargs, self._arg_names, _takes,
@@ -235,6 +241,56 @@ class TorchOp:
                 return [a for a in got if a is not None]
             suffix = "_grad" if self._names else f"_grad{n_in}"
             op = self._second[n_in] = TorchOp(adjoints, self.qualname + suffix)
+        return op
+
+    # -- vmap: the te function mapped over a batch axis, as an op (one batched kernel) -------
+
+    def _forward_vmap(self, info: Any, in_dims: tuple, *args: Any) -> tuple[list, list]:
+        """torch.vmap of the forward op: the outputs and saved intermediates of the unbatched
+        op, computed for the whole batch by the batched op (differentiable in turn)."""
+        xs, wrt = self._split(args)
+        dims = list(in_dims[:-1]) if self._names else list(in_dims[0])
+        xs, mask = _batch_first(xs, dims)
+        outs = self._vmapped_op(tuple(mask), tuple(wrt))(*xs)
+        outs = list(outs) if isinstance(outs, tuple) else [outs]
+        return outs, [0] * len(outs)
+
+    def _vjp_vmap(self, info: Any, in_dims: tuple, gs: list[torch.Tensor], xs: list[torch.Tensor],
+                  ys: list[torch.Tensor], wrt: list[bool]) -> tuple[list, list]:
+        """torch.vmap of the backward op (batched cotangents, per-sample gradients): the
+        batched vjp graph (`_second_op`), from the inputs and cotangents."""
+        gs, gm = _batch_first(gs, in_dims[0])
+        xs, xm = _batch_first(xs, in_dims[1])
+        second = self._second_op(len(xs))
+        need = tuple(t.requires_grad for t in (*xs, *gs))
+        adj = second._vmapped_op((*xm, *gm), need)(*xs, *gs)
+        adj = iter(adj if isinstance(adj, tuple) else (adj,))
+        got = [next(adj) if _is_float(x) else None for x in xs]
+        res = [g for g, w in zip(got, wrt) if w]
+        return res, [0] * len(res)
+
+    def _vmapped_op(self, mask: tuple[bool, ...], wrt: tuple[bool, ...]) -> TorchOp:
+        """The op of the te function mapped over a leading batch axis of the arguments flagged
+        in `mask` (te/dag.add_batch_axis), giving what the forward op gives for `wrt`: the
+        outputs, then the saved intermediates, each batched."""
+        key = (mask, wrt)
+        op = self._vmapped.get(key)
+        if op is None:
+            fn, target = self.core.fn, self.core.target
+            pos = [k for k, w in enumerate(wrt) if w]
+
+            def batched(*args: Tensor) -> list[Tensor]:
+                ins = [te.placeholder(a.shape[1:], a.dtype, name=a.name) if m else a
+                       for a, m in zip(args, mask, strict=True)]
+                outs = fn(*ins)
+                p = Pullback(list(outs) if isinstance(outs, (list, tuple)) else [outs], ins,
+                             target, wrt=pos)  # the residual decisions of the forward op
+                size = next(a.shape[0] for a, m in zip(args, mask) if m)
+                res = add_batch_axis(p.outputs + p.extra,
+                                     {i: a for i, a, m in zip(ins, args, mask) if m})
+                return [r if r.ndim and r.shape[0] is size else _broadcast(r, size) for r in res]
+            tag = "".join("b" if m else "_" for m in mask) + "".join("w" if w else "_" for w in wrt)
+            op = self._vmapped[key] = TorchOp(batched, f"{self.qualname}_vmap_{tag}")
         return op
 
     # -- implementations (real and fake) ---------------------------------------------------
@@ -345,6 +401,18 @@ def _host(x: torch.Tensor) -> np.ndarray:
     if not x.is_contiguous():
         x = x.contiguous()
     return x.resolve_conj().resolve_neg().numpy()
+
+
+def _batch_first(ts: Sequence[torch.Tensor], dims: Sequence[int | None]
+                 ) -> tuple[list[torch.Tensor], list[bool]]:
+    """The tensors with their vmap dim moved first, and which ones are batched."""
+    return ([t if d is None else t.movedim(d, 0) for t, d in zip(ts, dims, strict=True)],
+            [d is not None for d in dims])
+
+
+def _broadcast(t: Tensor, size: Any) -> Tensor:
+    """`t` repeated along a new leading axis of `size` (a batched op's unbatched output)."""
+    return te.compute((size, *t.shape), lambda b, *i: t[i], name=f"{t.name}_b")
 
 
 def _one_device(labelled: Sequence[tuple[str, torch.Tensor]], op: str) -> torch.device:

@@ -205,3 +205,63 @@ def test_third_derivative_through_the_derived_ops():
     g2, = torch.autograd.grad(g1.sum(), x, create_graph=True)
     g3, = torch.autograd.grad(g2.sum(), x)
     torch.testing.assert_close((g1, g2, g3), (3 * x ** 2, 6 * x, torch.full_like(x, 6.0)))
+
+
+# -- D: vmap, derived ---------------------------------------------------------------------------
+
+def _count_calls(op, counts: dict, key: str):
+    """Wrap op._forward (the kernels' path) to count its calls."""
+    real = op._forward
+
+    def counted(*a):
+        counts[key] = counts.get(key, 0) + 1
+        return real(*a)
+    op._forward = counted
+
+
+def test_vmap_runs_one_batched_kernel_equal_to_a_python_loop():
+    """Before: RuntimeError 'Batching rule not implemented for texpr_ad::<name>'."""
+    op = tt.custom_op(_rms_scale, name=_name("vmap"))
+    X = torch.randn(5, 3, 4, dtype=torch.float64)
+    g, G = torch.randn(4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64)
+    loop = torch.stack([op(x, g) for x in X])
+    counts: dict = {}
+    _count_calls(op, counts, "unbatched")
+    torch.testing.assert_close(torch.vmap(op, in_dims=(0, None))(X, g), loop)
+    batched = op._vmapped[((True, False), (False, False))]
+    assert counts == {} and batched.name.endswith("_vmap_b___")
+    _count_calls(batched, counts, "batched")
+    torch.testing.assert_close(torch.vmap(op, in_dims=(1, None))(X.transpose(0, 1), g), loop)
+    assert counts == {"batched": 1}  # one kernel call for the batch, the dim moved first
+    torch.testing.assert_close(torch.vmap(op)(X, G), torch.stack([op(x, w) for x, w in zip(X, G)]))
+    torch.testing.assert_close(torch.vmap(op, in_dims=(0, None), out_dims=1)(X, g),
+                               loop.transpose(0, 1))
+
+
+def test_vmap_with_gradients_outside_and_batched_cotangents():
+    op = tt.custom_op(_rms_scale, name=_name("vmap_grad"))
+    X = torch.randn(5, 3, 4, dtype=torch.float64)
+    g = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    Xv, Xl = X.clone().requires_grad_(), X.clone().requires_grad_()
+    (torch.vmap(op, in_dims=(0, None))(Xv, g) ** 2).sum().backward()
+    gv = g.grad.clone()
+    g.grad = None
+    sum((op(x, g) ** 2).sum() for x in Xl).backward()
+    torch.testing.assert_close((Xv.grad, gv), (Xl.grad, g.grad))
+    x = X[0].clone().requires_grad_()
+    y = op(x, g)
+    V = torch.randn(5, 3, 4, dtype=torch.float64)  # the backward op under vmap
+    got = torch.func.vmap(lambda v: torch.autograd.grad(y, [x, g], v, retain_graph=True))(V)
+    want = [torch.autograd.grad(y, [x, g], v, retain_graph=True) for v in V]
+    torch.testing.assert_close(got, tuple(torch.stack(w) for w in zip(*want)))
+
+
+def test_vmap_of_an_op_with_star_args_and_an_unbatched_output():
+    def two(*xs):
+        return [te.compute(xs[0].shape, lambda i: xs[0][i] * xs[1][i], name="p"),
+                te.compute(xs[1].shape, lambda i: xs[1][i] * 2.0, name="w2")]
+    op = tt.custom_op(two, name=_name("vmap_star"))
+    X, w = torch.randn(4, 3), torch.randn(3)
+    p, w2 = torch.vmap(op, in_dims=(0, None))(X, w)
+    torch.testing.assert_close(p, X * w)
+    torch.testing.assert_close(w2, (2 * w).expand(4, 3))  # an output not read from the batch

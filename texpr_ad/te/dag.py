@@ -195,3 +195,57 @@ def _canonical(axes: Any, body: Any) -> tuple:
                    for x in walk(canon) if isinstance(x, Reduce) for a in x.axis)
     return (expr_str(canon), tuple(expr_str(a.extent) for a in axes), bounds,
             tuple(id(x.tensor) for x in reads_in([canon])))
+
+
+def add_batch_axis(outputs: Iterable[Tensor], batched: Mapping[Tensor, Tensor]) -> list[Tensor]:
+    """`outputs` mapped over a leading batch axis (what `torch.vmap` of a te function is: one
+    batched kernel, not a loop).
+
+    `batched` maps placeholders to their batched images (shape `(B, *shape)`, same dtype).
+    Every stage that (transitively) reads one gets a leading axis over B and reads batched
+    tensors at it; the others are shared with the original DAG.  Returns each output's image
+    (batched, or the output itself when it reads no batched tensor)."""
+    from .expr import IterVar, Read, Reduce, const
+    from .tensor import ComputeOp, ScatterOp, ScatterUpdate
+    from .visit import rebind_bounds, substitute, transform
+
+    new: dict[Tensor, Tensor] = dict(batched)
+    size = next(iter(batched.values())).shape[0] if batched else None
+    images: dict[tuple[int, int], Tensor] = {}
+    clones: dict[int, Any] = {}
+
+    def batch_stage(op: Any) -> Any:
+        b = IterVar("b", const(0), size, "data")
+
+        def fn(x: Expr) -> Expr | None:
+            if isinstance(x, Read) and x.tensor in new:
+                return Read(new[x.tensor], (b, *x.indices), x.dtype)
+            if isinstance(x, Reduce):  # reads in its axes' bounds
+                return rebind_bounds(x, lambda bd, axes: substitute(transform(bd, fn), axes))
+            return None
+
+        def f(e: Expr) -> Expr:
+            return transform(e, fn)
+        if isinstance(op, ComputeOp):
+            return ComputeOp(op.name, (b, *op.axis), tuple(f(e) for e in op.body), op.tag,
+                             dict(op.attrs))
+        if isinstance(op, ScatterOp):
+            moved = {a: IterVar(a.name, f(a.lo), f(a.extent), a.kind) for a in op.axis}
+            ups = [ScatterUpdate((b, *(substitute(f(i), moved) for i in u.index)),
+                                 substitute(f(u.value), moved), substitute(f(u.condition), moved))
+                   for u in op.updates]
+            return ScatterOp.of(op.name, (size, *op.shape), op.dtype,
+                                (b, *(moved[a] for a in op.axis)), ups)
+        raise TypeError(f"add_batch_axis: cannot batch stage {op.name!r} ({type(op).__name__})")
+
+    outputs = list(outputs)
+    for t in topo_order(outputs):
+        if t in new or not any(s in new for s in t.op.inputs):
+            continue  # a batched placeholder, or a stage shared with the original DAG
+        if id(t.op) not in clones:
+            clones[id(t.op)] = batch_stage(t.op)
+        key = (id(t.op), t.value_index)
+        if key not in images:
+            images[key] = Tensor(clones[id(t.op)], t.value_index, (size, *t.shape), t.dtype)
+        new[t] = images[key]
+    return [new.get(t, t) for t in outputs]
