@@ -82,7 +82,8 @@ def gpt_case(seed: int = 0, batch: int = 2, ctx: int = 8) -> tuple:
     torch.manual_seed(seed)
     model = GPT(ctx=ctx)
     idx = torch.randint(0, 11, (batch, ctx + 1))
-    return model, lambda ps: torch.optim.Adam(ps, lr=1e-2), (idx[:, :-1],), (idx[:, 1:],), lm_loss
+    adam = lambda ps: torch.optim.Adam(ps, lr=1e-2)  # noqa: E731
+    return model, adam, (idx[:, :-1],), (idx[:, 1:],), lm_loss
 
 
 def resnet_case(seed: int = 0, batch: int = 4, size: int = 6) -> tuple:
@@ -95,7 +96,8 @@ def resnet_case(seed: int = 0, batch: int = 4, size: int = 6) -> tuple:
 
 
 def torch_curve(model: nn.Module, make_opt, inputs, targets, loss_fn, steps: int):
-    """PyTorch eager: (losses, median seconds per step after the first, the trained model) from a copy of `model`."""
+    """PyTorch eager from a copy of `model`: (losses, median seconds per step after the first,
+    the trained model)."""
     model = copy.deepcopy(model)
     opt = make_opt(model.parameters())
     losses, times = [], []

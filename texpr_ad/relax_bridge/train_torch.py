@@ -105,7 +105,8 @@ class _Step:
     def __call__(self, *args: Any) -> tuple[Any, ...]:
         import torch
         n, p = self.n_in, len(self.params)
-        data, state = args[:len(args) - p - len(self.buffers)], args[len(args) - p - len(self.buffers):]
+        cut = len(args) - p - len(self.buffers)
+        data, state = args[:cut], args[cut:]
         bufs = {k: b.clone() for k, b in zip(self.buffers, state[p:])}  # updated in place by BN
         out = torch.func.functional_call(self.model, {**dict(zip(self.params, state[:p])), **bufs},
                                          tuple(data[:n]))
@@ -139,7 +140,8 @@ class TorchTrainer:
     loss; parameters, buffers (BatchNorm statistics) and the optimizer state stay in TVM.
     `state_dict()` gives them back as torch tensors (`model.load_state_dict(...)`).
     Attributes: `ops` (Relax op counts of the imported forward), `derived_ops` (ops whose gradient
-    texpr_ad derived), `no_grad_ops` (ops given a no-grad gradient), `gradient_errors` (worst relative error per parameter against
+    texpr_ad derived), `no_grad_ops` (ops given a no-grad gradient), `gradient_errors` (worst
+    relative error per parameter against
     torch.autograd on the example batch), `compile_seconds`.
     """
 
@@ -170,7 +172,8 @@ class TorchTrainer:
             ep = ep.run_decompositions(_decompositions())
         self._ep = ep
         t0 = time.perf_counter()
-        mod = from_exported_program(ep, run_ep_decomposition=False, no_bind_return_tuple=True)
+        mod = from_exported_program(ep, run_ep_decomposition=False,
+                                    no_bind_return_tuple=True)  # a tuple even for the loss alone
         main = mod["main"]
         self.ops = Counter(str(b.value.op.name) for blk in main.body.blocks for b in blk.bindings
                            if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op))
@@ -180,7 +183,8 @@ class TorchTrainer:
         pvars = list(main.params[self._n_data:self._n_data + n_p])
         mod = relax.transform.Gradient("main", require_grads=pvars, target_index=0)(mod)
         self._opt = _init(opt, pvars)
-        mod["optimizer"] = self._opt.get_function().with_attr("global_symbol", "optimizer")
+        mod["optimizer"] = self._opt.get_function().with_attr("global_symbol",
+                                                               "optimizer")  # kept public
         self._vm = relax.VirtualMachine(tvm.compile(prepare_for_build(mod), target="llvm"),
                                         tvm.cpu())
         self.compile_seconds = time.perf_counter() - t0
@@ -192,13 +196,16 @@ class TorchTrainer:
 
     def _run(self, inputs: Sequence[Any], targets: Sequence[Any]) -> tuple[Any, Any]:
         import tvm
-        data = [tvm.runtime.tensor(np.array(_np(a), order="C")) for a in (*inputs, *targets)]
+        data = [tvm.runtime.tensor(np.array(_np(a), order="C"))  # 0-dim stays 0-dim
+                for a in (*inputs, *targets)]
         return self._vm["main_adjoint"](*data, *self._params, *self._buffers)
 
-    def check_gradients(self, inputs: Any, targets: Any = (), _args: Any = None) -> dict[str, float]:
+    def check_gradients(self, inputs: Any, targets: Any = (),
+                        _args: Any = None) -> dict[str, float]:
         """Forward and gradients of the current parameters on one batch against PyTorch: the
         worst relative error per parameter (also `gradient_errors`), relative to the parameter's
-        largest gradient or to ZERO_GRAD times the model's largest, whichever is bigger.  A disagreeing forward
+        largest gradient or to ZERO_GRAD times the model's largest, whichever is bigger.
+        A disagreeing forward
         raises `TorchTrainError` naming the first disagreeing op; gradients off by more than
         GRAD_RTOL raise it naming the parameter."""
         import torch
