@@ -1,6 +1,8 @@
-"""The vectorizable float32 exp/tanh of the CPU kernels: accuracy against float64 NumPy, IEEE
+"""The vectorizable float32 exp/log/log1p/erf/tanh of the CPU kernels: accuracy against float64 NumPy, IEEE
 special values, and that the renderer uses them for float32 only."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -8,7 +10,8 @@ from numba import njit
 
 import texpr_ad as ta
 from texpr_ad import te
-from texpr_ad.kernels.vecmath import exp_f32, fmaximum, fminimum, radd, tanh_f32
+from texpr_ad.kernels.vecmath import (erf_f32, exp_f32, fmaximum, fminimum, log1p_f32, log_f32,
+                                     radd, tanh_f32)
 
 
 @njit(error_model="numpy")
@@ -144,3 +147,71 @@ def test_a_lanes_sum_over_several_axes_nests_its_accumulators():
     (got,) = kern(a)
     want = a.astype(np.float64).sum((0, 2, 3))
     assert np.abs(got - want).max() / want.max() < 3e-7
+
+
+# -- log, log1p, erf --------------------------------------------------------------------------
+
+def _mapper(f):
+    @njit(error_model="numpy")
+    def run(x, out):
+        for i in range(x.size):
+            out[i] = f(x[i])
+    return run
+
+
+_map_log, _map_log1p, _map_erf = (_mapper(f) for f in (log_f32, log1p_f32, erf_f32))
+_np_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _every_positive_float(step: int) -> np.ndarray:
+    """Every `step`-th positive finite float32 by bit pattern: subnormals to the largest."""
+    x = np.arange(1, 0x7F800000, step, dtype=np.uint32).view(np.float32)
+    return x[np.isfinite(x)]
+
+
+def test_log_f32_within_1_ulp_over_all_positive_floats_subnormals_included():
+    x = _every_positive_float(17)
+    assert _max_ulp(_map_log, x, np.log(x.astype(np.float64))) <= 1.0
+
+
+def test_log1p_f32_within_1_5_ulp():
+    x = _every_positive_float(37)
+    x = np.concatenate([x[x < 1e38], -x[x < 1], np.linspace(-1, 1, 1_000_001, dtype=np.float32)])
+    with np.errstate(divide="ignore"):  # log1p(-1) = -inf
+        exact = np.log1p(x.astype(np.float64))
+    assert _max_ulp(_map_log1p, x, exact) <= 1.5
+
+
+def test_erf_f32_within_2_ulp():
+    x = _every_positive_float(1009)
+    x = np.concatenate([x, -x, np.linspace(-5, 5, 1_000_001, dtype=np.float32)])
+    assert _max_ulp(_map_erf, x, _np_erf(x.astype(np.float64))) <= 2.0
+
+
+@pytest.mark.parametrize("fn, ref", [(_map_log, np.log), (_map_log1p, np.log1p),
+                                     (_map_erf, _np_erf)])
+def test_log_log1p_erf_special_values_match_numpy(fn, ref):
+    """log(0) = -inf, log(<0) = NaN, log1p(-1) = -inf, erf(+-inf) = +-1, NaN stays NaN,
+    -0 keeps its sign, subnormal inputs."""
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, -1.0, -2.0, 1.0, 1e-45, 1e-40,
+                  1.17549435e-38, 3.4e38, -1e-30, 4.0, -5.0], dtype=np.float32)
+    got = np.empty_like(x)
+    fn(x, got)
+    with np.errstate(all="ignore"):
+        want = ref(x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    fin = ~np.isnan(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=3e-7, atol=0)
+    np.testing.assert_array_equal(np.signbit(got[fin]), np.signbit(want[fin]))
+
+
+@pytest.mark.parametrize("dtype, uses", [("float32", True), ("float64", False)])
+def test_renderer_uses_log_log1p_erf_for_float32_only(dtype, uses):
+    x = te.placeholder((64,), dtype, name="x")
+    y = te.compute((64,), lambda i: te.log(x[i]) + te.log1p(x[i]) + te.erf(x[i]), name="y")
+    k = ta.build([y], [x])
+    assert all(f"{f}_f32(" in k.source for f in ("log", "log1p", "erf")) == uses
+    a = np.linspace(0.01, 5, 64).astype(dtype)
+    want = np.log(a) + np.log1p(a) + _np_erf(a)
+    tol = 1e-6 if dtype == "float32" else 1e-14
+    np.testing.assert_allclose(k(a)[0], want, rtol=tol, atol=tol)

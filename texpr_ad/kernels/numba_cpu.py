@@ -35,10 +35,14 @@ def _f32(d: str) -> bool:
     return d == "float32"
 
 
-# vecmath.py: float32 exp/tanh/sigmoid as vectorizable polynomials, float max/min as selects
+# vecmath.py: float32 exp/log/log1p/erf/tanh/sigmoid as vectorizable polynomials,
+# float max/min as selects
 _VEC_RULES: dict[Op, Rule] = {
     Op.EXP: _only(_f32, Op.EXP, lambda e, a: f"exp_f32({a[0]})"),
     Op.TANH: _only(_f32, Op.TANH, lambda e, a: f"tanh_f32({a[0]})"),
+    Op.LOG: _only(_f32, Op.LOG, lambda e, a: f"log_f32({a[0]})"),
+    Op.LOG1P: _only(_f32, Op.LOG1P, lambda e, a: f"log1p_f32({a[0]})"),
+    Op.ERF: _only(_f32, Op.ERF, lambda e, a: f"erf_f32({a[0]})"),
     Op.SIGMOID: _only(_f32, Op.SIGMOID,
                       lambda e, a: f"({_one(e.dtype)} / ({_one(e.dtype)} + exp_f32(-{a[0]})))"),
     Op.MAX: _only(dt.is_float, Op.MAX, lambda e, a: f"fmax({a[0]}, {a[1]})"),
@@ -57,8 +61,8 @@ class CPURenderer(Renderer):
     target = "cpu"
     header = ("import math", "import numpy as np", "from numba import njit, objmode, prange",
               "from texpr_ad.kernels.numba_cpu import stack_matmul, window_matmul, window_matmul_a",
-              "from texpr_ad.kernels.vecmath import exp_f32, fmax, fmaximum, fmin, fminimum, radd, "
-              "tanh_f32  "
+              "from texpr_ad.kernels.vecmath import erf_f32, exp_f32, fmax, fmaximum, fmin, "
+              "fminimum, log1p_f32, log_f32, radd, tanh_f32  "
               f"# vecmath {_VECMATH}")
     rules = {**EXPR_RULES, **_VEC_RULES}
     helper_decorator = "@njit(cache=True)"

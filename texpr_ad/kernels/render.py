@@ -140,7 +140,8 @@ def top(s: str) -> str:
 
 _RESERVED = set(keyword.kwlist) | {
     "np", "math", "numba", "njit", "prange", "cuda", "range", "min", "max", "abs", "int",
-    "float", "bool", "len", "print", "exp_f32", "tanh_f32", "fmax", "fmin", KERNEL_NAME, CHECK_NAME, ERR_NAME}
+    "float", "bool", "len", "print", "exp_f32", "tanh_f32", "log_f32", "log1p_f32", "erf_f32",
+    "fmax", "fmin", KERNEL_NAME, CHECK_NAME, ERR_NAME}
 
 
 class Names:

@@ -1,4 +1,4 @@
-"""Vectorizable float32 `exp` and `tanh` for the generated CPU kernels.
+"""Vectorizable float32 `exp`, `log`, `log1p`, `erf` and `tanh` for the generated CPU kernels.
 
 Numba lowers `np.exp` on a float32 scalar to a call into libm's `expf`, and a
 loop with a call in it is never vectorized: the llvmlite wheels carry no SVML.
@@ -17,6 +17,19 @@ range (tests/kernels/test_vecmath.py sweeps it against NumPy's float64 exp).
 tanh_f32: for |x| < 0.625 the odd rational x P(x^2) / Q(x^2) that Eigen and XLA
 use for float32; above, 1 - 2 / (exp(2|x|) + 1) with exp_f32 (no cancellation once
 |tanh| > 1/2, exactly +-1 where tanh rounds to it).  Max error 4 ulp.
+
+log_f32: the exponent and mantissa bits (`_frexp`; subnormals scaled by 2^23 first),
+x = m 2^e with m in [sqrt(1/2), sqrt(2)), ln x = e ln2 + ln m with ln(1 + t) a degree-8
+polynomial in t = m - 1 (the Cephes `logf` coefficients).  0 gives -inf, negatives NaN,
+inf and NaN stay.  Max error 0.81 ulp over all positive floats.
+
+log1p_f32: ln u for u = fl(1 + x), plus the rounding error of u, (x - (u - 1)) / u,
+to first order; x itself where u rounds to 1.  -1 gives -inf, below -1 NaN.  Max error
+1.44 ulp.
+
+erf_f32: x P(x^2) / Q(x^2) on x clamped to [-4, 4] (the float32 rational of Eigen and
+XLA), evaluated in float64 (float32 Horner steps add up to 7 ulp near |x| = 3.5; in
+float64 the loop still vectorizes).  +-inf give +-1.  Max error 1.85 ulp.
 
 float64 kernels keep NumPy/libm (the gradient checks run in float64 and need
 its 0.5 ulp), so these are only used where the expression's dtype is float32.
@@ -101,6 +114,91 @@ def tanh_f32(x: float) -> float:
     z = z if x > 0 else -z
     y = y if abs(x) < _TANH_MID else z
     return x if abs(x) < _TANH_SMALL else y
+
+
+@intrinsic
+def _frexp(typingctx, x):  # type: ignore[no-untyped-def]
+    """(m, e) with x = m 2^e, m in [0.5, 1), for a positive normal float32 x: the exponent
+    and mantissa bits, no call (e is a float32 integer)."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+        i32, f32 = context.get_value_type(types.int32), context.get_value_type(types.float32)
+        bits = builder.bitcast(args[0], i32)
+        m = builder.or_(builder.and_(bits, i32(0x807FFFFF)), i32(0x3F000000))
+        e = builder.sub(builder.and_(builder.lshr(bits, i32(23)), i32(0xFF)), i32(126))
+        return context.make_tuple(builder, sig.return_type,
+                                  [builder.bitcast(m, f32), builder.sitofp(e, f32)])
+
+    return types.UniTuple(types.float32, 2)(types.float32), codegen
+
+
+_TINY = _F(1.17549435e-38)   # the smallest normal float32: subnormals are scaled by 2^23 first
+_TWO23 = _F(8388608.0)
+_SQRT_HALF = _F(0.707106781186547524)
+_LOG_P = tuple(_F(c) for c in (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1,
+                               -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
+                               2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1))
+_INF, _NAN = _F(np.inf), _F(np.nan)
+
+
+@njit(inline="always", error_model="numpy")
+def log_f32(x: float) -> float:
+    """ln x for float32 x, vectorizable (see the module docstring)."""
+    sub = x < _TINY
+    m, e = _frexp(x * _TWO23 if sub else x)
+    e = e - _F(23.0) if sub else e
+    lo = m < _SQRT_HALF  # m in [sqrt(1/2), sqrt(2)): t = m - 1 small on both sides of 1
+    t = (m + m if lo else m) - _ONE
+    e = e - _ONE if lo else e
+    z = t * t
+    p = _LOG_P[0]
+    for c in _LOG_P[1:]:
+        p = p * t + c
+    y = t * z * p + e * _LN2_LO - _HALF * z
+    y = (t + y) + e * _LN2_HI
+    y = y if x < _INF else x  # inf and NaN stay
+    y = -_INF if x == 0 else y
+    return _NAN if x < 0 else y
+
+
+@njit(inline="always", error_model="numpy")
+def log1p_f32(x: float) -> float:
+    """ln(1 + x) for float32 x, vectorizable: ln u for u = fl(1 + x), plus the rounding
+    error of u, (x - (u - 1)) / u, to first order (see the module docstring)."""
+    u = x + _ONE
+    y = log_f32(u) + (x - (u - _ONE)) / u
+    y = y if (x < _INF and u != 0) else log_f32(u)  # inf, NaN, -1 (u = 0), below -1
+    return x if u == _ONE else y  # |x| <= 2^-24: log1p(x) rounds to x (and -0 stays -0)
+
+
+_ERF_MAX = _F(4.0)  # erf(4) rounds to 1 in float32
+_ERF_P = tuple(np.float64(_F(c)) for c in (  # the float32 coefficients, evaluated in float64
+    -2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+    -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02))
+_ERF_Q = tuple(np.float64(_F(c)) for c in (
+    -1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
+    -1.42647390514189e-02))
+
+
+@njit(inline="always", error_model="numpy")
+def erf_f32(x: float) -> float:
+    """erf(x) for float32 x, vectorizable (see the module docstring)."""
+    xc = _ERF_MAX if x > _ERF_MAX else x
+    xc = -_ERF_MAX if xc < -_ERF_MAX else xc
+    xd = np.float64(xc)
+    x2 = xd * xd
+    p = _ERF_P[0]
+    for c in _ERF_P[1:]:
+        p = p * x2 + c
+    q = _ERF_Q[0]
+    for c in _ERF_Q[1:]:
+        q = q * x2 + c
+    y = np.float32(xd * (p / q))
+    y = _ONE if y > _ONE else y
+    y = -_ONE if y < -_ONE else y
+    return y if x == x else x
 
 
 @njit(inline="always")
