@@ -41,10 +41,12 @@ operator (from the same interleaved runs).
 
 `--user` adds bench/user_ops.py's section after these rows: operators from real models written
 plainly in te and trained through `texpr_ad.torch`, against PyTorch eager and `torch.compile`
-(`python -m bench.user_ops` runs that section alone).
+(`python -m bench.user_ops` runs that section alone).  `--overhead` adds the per-call overhead
+of a texpr_ad torch op on 1000 floats next to plain torch and an empty `torch.library.custom_op`
+(bench/overhead.py; `python -m bench.overhead` alone).
 
 Options: --only NAME[,NAME], --repeat N, --target cpu|cuda, --quick, --no-compile, --no-plain,
---user.
+--user, --overhead.
 """
 from __future__ import annotations
 
@@ -371,6 +373,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-jax", action="store_true", help="do not time JAX even if installed")
     ap.add_argument("--user", action="store_true",
                     help="then the user-op section (bench/user_ops.py: te vs eager vs torch.compile)")
+    ap.add_argument("--overhead", action="store_true",
+                    help="then the per-call overhead of a torch op on 1000 floats (bench/overhead.py)")
     ap.add_argument("--compile-probe", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     names = list(WORKLOADS) if not a.only else [n.strip() for n in a.only.split(",") if n.strip()]
@@ -404,6 +408,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench import user_ops
         print()
         user_ops.run(list(user_ops.USER_OPS), a.quick, a.repeat)
+    if a.overhead:
+        from bench import overhead
+        print()
+        overhead.run(a.repeat)
     return 0
 
 

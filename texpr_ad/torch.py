@@ -6,8 +6,9 @@
 
 Route: `torch.library.custom_op` (schema `(Tensor x, Tensor g, bool[] wrt) -> Tensor[]`: one
 named Tensor per parameter of the te function, `Tensor[] xs` for `*xs` or defaults; `wrt` says
-which inputs' gradients autograd will ask for) with `register_autograd` and a fake implementation, so the op dispatches like a built-in, is opaque to `torch.compile`
-and traces under FakeTensors.  The backward is a second custom op (`<name>_vjp`), so it is
+which inputs' gradients autograd will ask for) with `register_autograd`, `register_vmap` and
+a fake implementation, so the op dispatches like a built-in, is opaque to `torch.compile` and
+traces under FakeTensors.  The backward is a second custom op (`<name>_vjp`), so it is
 opaque to `torch.compile` too.  Residuals (`ta.vjp`): the forward op also returns the
 intermediates its backward reads (a row max, a normalizer; see `Pullback.explain()`), marked
 non-differentiable and saved by autograd with the inputs and outputs; the `_vjp` op reads them
@@ -57,6 +58,7 @@ from texpr_ad.te.tensor import Tensor
 
 _NP = {getattr(torch, n): np.dtype(n) for n in KERNEL_DTYPES}  # the dtypes the kernels take
 _REGISTERED: set[str] = set()  # qualified names registered by this module
+_CPU = torch.device("cpu")
 
 
 class TorchOpError(TexprError, ValueError):
@@ -124,13 +126,16 @@ class TorchOp:
         args = ", ".join(f"Tensor {n}" for n in self._names) if self._names else "Tensor[] xs"
         self.forward_op = self._register(
             self.qualname, f"({args}, bool[] wrt) -> Tensor[]",
-            lambda *a: self._forward(*self._split(a)), lambda *a: self._forward_fake(*self._split(a)))
-        self.vjp_op = self._register(self.qualname + "_vjp",
-                                     "(Tensor[] gs, Tensor[] xs, Tensor[] ys, bool[] wrt) -> Tensor[]",
-                                     self._vjp, self._vjp_fake)
+            lambda *a: self._forward(*self._split(a)),
+            lambda *a: self._forward_fake(*self._split(a)))
+        self.vjp_op = self._register(
+            self.qualname + "_vjp",
+            "(Tensor[] gs, Tensor[] xs, Tensor[] ys, bool[] wrt) -> Tensor[]",
+            self._vjp, self._vjp_fake)
         self.forward_op.register_autograd(self._backward, setup_context=self._setup_context)
         self.vjp_op.register_autograd(self._vjp_backward, setup_context=self._vjp_setup_context)
         self._second: dict[int, TorchOp] = {}  # inputs count -> the op of the vjp graph
+        self._fast: dict[tuple, Any] = {}  # (shapes and dtypes, wrt) -> pullback
         self._vmapped: dict[tuple, TorchOp] = {}  # (batched args, wrt) -> the batched op
         self.forward_op.register_vmap(self._forward_vmap)
         self.vjp_op.register_vmap(self._vjp_vmap)
@@ -141,10 +146,21 @@ class TorchOp:
         if self._names and len(args) != len(self._names):
             self._arg_names(len(args))  # a CustomOpError saying what the te function takes
         xs = _as_tensors(args)
-        wrt = [x.requires_grad for x in xs] if torch.is_grad_enabled() else [False] * len(xs)
-        outs = self.forward_op(*xs, wrt) if self._names else self.forward_op(xs, wrt)
-        outs = outs[: len(self.core.define(self._specs(xs))[1])]  # then residuals
+        grad = torch.is_grad_enabled()
+        wrt = [x.requires_grad for x in xs] if grad else [False] * len(xs)
+        if not grad and _plain_eager(xs):  # nothing to record: skip the dispatcher
+            outs = self._forward(xs, wrt)
+        else:
+            outs = self.forward_op(*xs, wrt) if self._names else self.forward_op(xs, wrt)
+        outs = outs[: self._n_out(xs, wrt)]  # then residuals
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _n_out(self, xs: Sequence[torch.Tensor], wrt: Sequence[bool]) -> int:
+        """The number of outputs (the memoized pullback's, eagerly; the definition's while
+        torch.compile traces, where the memo's dict would be guarded on)."""
+        if torch.compiler.is_compiling():
+            return len(self.core.define(self._specs(xs))[1])
+        return len(self._pullback(xs, wrt).outputs)
 
     def _split(self, args: Sequence[Any]) -> tuple[list[torch.Tensor], list[bool]]:
         """(tensors, wrt) from the forward op's arguments (named tensors or one list, then wrt)."""
@@ -160,9 +176,20 @@ class TorchOp:
 
     def _pullback(self, xs: Sequence[torch.Tensor], wrt: Sequence[bool] | None = None) -> Any:
         """The core pullback for these tensors, deriving the gradients flagged in `wrt` (all
-        float ones when None)."""
+        float ones when None); memoized per concrete shapes, dtypes and `wrt` (the per-call
+        fast path: no signature recomputed)."""
+        key: Any = (tuple((x.shape, x.dtype) for x in xs), None if wrt is None else tuple(wrt))
+        try:
+            return self._fast[key]
+        except KeyError:
+            pass
+        except TypeError:  # symbolic sizes (torch.compile's SymInts) do not hash
+            key = None
         pos = None if wrt is None else [k for k, w in enumerate(wrt) if w]
-        return self.core.pullback(self._specs(xs), wrt=pos)
+        p = self.core.pullback(self._specs(xs), wrt=pos)
+        if key is not None:
+            self._fast[key] = p
+        return p
 
     # -- registration and autograd ---------------------------------------------------------
 
@@ -184,7 +211,7 @@ class TorchOp:
 
     def _setup_context(self, ctx: Any, inputs: tuple, output: Any) -> None:
         (xs, wrt), ys = self._split(inputs), list(output)
-        ctx.n_in, ctx.n_out, ctx.wrt = len(xs), len(self.core.define(self._specs(xs))[1]), wrt
+        ctx.n_in, ctx.n_out, ctx.wrt = len(xs), self._n_out(xs, wrt), wrt
         ints = [y for y in ys[: ctx.n_out] if not _is_float(y)]  # integer outputs: no gradient
         ctx.mark_non_differentiable(*ys[ctx.n_out:], *ints)
         ctx.save_for_backward(*xs, *ys)
@@ -194,7 +221,9 @@ class TorchOp:
         saved = ctx.saved_tensors
         xs, ys = saved[: ctx.n_in], saved[ctx.n_in:]
         heads = [torch.zeros_like(y) if g is None else g for g, y in zip(gs, ys[: ctx.n_out])]
-        got = iter(self.vjp_op(heads, list(xs), list(ys), ctx.wrt) if any(ctx.wrt) else ())
+        vjp = self._vjp if not torch.is_grad_enabled() and _plain_eager([*xs, *ys, *heads]) \
+            else self.vjp_op
+        got = iter(vjp(heads, list(xs), list(ys), ctx.wrt) if any(ctx.wrt) else ())
         grads = [next(got) if w else None for w in ctx.wrt]
         return (*grads, None) if self._names else (grads, None)
 
@@ -309,6 +338,8 @@ class TorchOp:
                 ys: Sequence[torch.Tensor] = ()) -> torch.device:
         """The one device of all the tensors, or a TorchDeviceError naming two that differ."""
         ts = [*xs, *gs, *ys]
+        if all(t.is_cpu for t in ts):
+            return _CPU
         if all(t.device == ts[0].device for t in ts):
             return ts[0].device if ts else torch.device("cpu")
         labels = [*(self._label(xs, k) for k in range(len(xs))),
@@ -347,8 +378,9 @@ class TorchOp:
         arrays = [_host(x) for x in xs]
         saved = [_host(y) for y in ys]
         n = len(p.outputs)
-        heads = self.core._heads([_host(g) for g in gs], p.outputs,
-                                 shape_env(p.inputs, [x.shape for x in xs]))
+        heads = [_host(g) for g in gs]
+        if any(g.shape != y.shape or g.dtype != y.dtype for g, y in zip(gs, ys)):  # else as is
+            heads = self.core._heads(heads, p.outputs, shape_env(p.inputs, [x.shape for x in xs]))
         res = p.backward(p.residuals(arrays, saved[:n], saved[n:]), *heads)
         return [torch.zeros_like(x) if r is None else torch.from_numpy(r)  # None: not reached
                 for r, x, w in zip(res, xs, wrt, strict=True) if w]
@@ -400,7 +432,20 @@ def _host(x: torch.Tensor) -> np.ndarray:
     x = x.detach()
     if not x.is_contiguous():
         x = x.contiguous()
-    return x.resolve_conj().resolve_neg().numpy()
+    if x.is_conj() or x.is_neg():
+        x = x.resolve_conj().resolve_neg()
+    return x.numpy()
+
+
+def _plain_eager(ts: Sequence[torch.Tensor]) -> bool:
+    """Whether a call may skip the dispatcher (the per-call fast path): eager, CPU tensors of
+    the plain class (no FakeTensor, no functorch wrapper), no torch function or dispatch mode,
+    not tracing (torch.compile, torch.jit.trace) -- nothing would see the op."""
+    return (not torch._C._len_torch_dispatch_stack()
+            and not torch._C._is_torch_function_mode_enabled()
+            and not torch.compiler.is_compiling() and not torch._C._get_tracing_state()
+            and all(type(t) is torch.Tensor and t.is_cpu
+                    and not torch._C._functorch.is_functorch_wrapped_tensor(t) for t in ts))
 
 
 def _batch_first(ts: Sequence[torch.Tensor], dims: Sequence[int | None]

@@ -93,11 +93,13 @@ def test_a_te_function_failing_on_the_arguments_shapes_names_the_call():
 # -- PyTorch ------------------------------------------------------------------------------------
 
 class _Stand:
-    """A stand-in for a tensor on a device this machine may not have (only .device is read)."""
+    """A stand-in for a tensor on a device this machine may not have (only .device and .is_cpu
+    are read)."""
 
     def __init__(self, dev: str):
         import torch
         self.device = torch.device(dev)
+        self.is_cpu = self.device.type == "cpu"
 
 
 def test_torch_a_cpu_tensor_next_to_a_meta_one_is_a_device_error():
