@@ -106,8 +106,8 @@ def test_te_zero_dim_tensor_is_a_value_in_expressions():
     y = te.compute((3,), lambda i: x[i] * s + 2.0 * s - s ** 2 + te.exp(s), name="y")
     got, = te.evaluate([y], {x: np.arange(3.0), s: np.array(0.5)})
     np.testing.assert_allclose(got, np.arange(3.0) * 0.5 + 1.0 - 0.25 + np.exp(0.5))
-    with pytest.raises(te.TensorError, match=r"tensor 'x' has shape \(3,\) and is used as a value; "
-                                             r"only 0-dim tensors are"):
+    with pytest.raises(te.ExprTypeError, match=r"cannot use tensor 'x' of shape \(3,\) as a "
+                                               r"value in a te expression; only 0-dim tensors"):
         te.compute((3,), lambda i: x * 2.0)
 
 
@@ -157,9 +157,10 @@ def test_scalars_under_torch_compile_fullgraph_and_opcheck():
     want = torch.autograd.grad((x * w * s + 0.25).sum(), [x, w, s])
     torch.testing.assert_close((x.grad, w.grad, s.grad), want)
     b = torch.tensor(0.25, dtype=torch.float64)
-    torch.library.opcheck(op.forward_op, (x, w, s, b, [True, True, True, False]),
-                          test_utils=("test_schema", "test_autograd_registration",
-                                      "test_faketensor", "test_aot_dispatch_static"))
+    wrt = [True, True, True, False]
+    torch.library.opcheck(op.forward_op, (x, w, s, b, wrt))  # every check, dynamic shapes too
+    ys = [y.detach() for y in op.forward_op(x.detach(), w.detach(), s.detach(), b, wrt)]
+    torch.library.opcheck(op.vjp_op, ([torch.ones(3, 4, dtype=torch.float64)], [x, w, s, b], ys, wrt))
 
 
 # -- C: double backward, derived ----------------------------------------------------------------
@@ -315,3 +316,15 @@ def test_bench_overhead_section_prints_its_rows(capsys, monkeypatch):
     assert set(got) == {"plain torch", "empty custom_op", "texpr_ad"}
     out = capsys.readouterr().out
     assert "per-call overhead: 1000 float32 elements" in out and "texpr_ad - empty" in out
+
+
+def test_jax_op_takes_python_numbers_as_scalar_arguments():
+    """Before: OpArgumentError for a Python float at a JAX op too."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import texpr_ad.jax as tj
+    op = tj.custom_op(_scale_shift, name="scale_shift")
+    x, w = jnp.ones((2, 3), jnp.float32), jnp.arange(3.0, dtype=jnp.float32)
+    np.testing.assert_allclose(op(x, w, 0.5, 1.0), np.ones((2, 3)) * np.arange(3.0) * 0.5 + 1.0)
+    g = jax.grad(lambda s: op(x, w, s, 1.0).sum())(jnp.float32(2.0))
+    np.testing.assert_allclose(g, 2 * np.arange(3.0).sum())

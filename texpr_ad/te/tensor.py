@@ -162,9 +162,10 @@ class Tensor:
     def asexpr(self) -> Read:
         """A 0-dim tensor as a value: `x[i] * s` reads `s[()]` (a scalar argument of an op)."""
         if self.ndim:
-            raise TensorError(f"tensor {self.name!r} has shape {shape_str(self.shape)} and is used "
-                              f"as a value; only 0-dim tensors are: read an element with "
-                              f"{self.ndim} indices inside te.compute ({self.name}[i, ...])")
+            raise dt.ExprTypeError(f"cannot use tensor {self.name!r} of shape "
+                                   f"{shape_str(self.shape)} as a value in a te expression; only "
+                                   f"0-dim tensors are values: read an element with {self.ndim} "
+                                   f"indices inside te.compute ({self.name}[i, ...])")
         return self()
 
     def __repr__(self) -> str:
