@@ -183,8 +183,9 @@ class TorchOp:
             return self._fast[key]
         except KeyError:
             pass
-        except TypeError:  # symbolic sizes (torch.compile's SymInts) do not hash
-            key = None
+        except TypeError:  # symbolic sizes (torch.compile's SymInts) do not hash; the core
+            key = None      # makes those dims symbolic for later calls too: forget the memo
+            self._fast.clear()
         pos = None if wrt is None else [k for k, w in enumerate(wrt) if w]
         p = self.core.pullback(self._specs(xs), wrt=pos)
         if key is not None:

@@ -160,7 +160,8 @@ def test_scalars_under_torch_compile_fullgraph_and_opcheck():
     wrt = [True, True, True, False]
     torch.library.opcheck(op.forward_op, (x, w, s, b, wrt))  # every check, dynamic shapes too
     ys = [y.detach() for y in op.forward_op(x.detach(), w.detach(), s.detach(), b, wrt)]
-    torch.library.opcheck(op.vjp_op, ([torch.ones(3, 4, dtype=torch.float64)], [x, w, s, b], ys, wrt))
+    heads = [torch.ones(3, 4, dtype=torch.float64)]
+    torch.library.opcheck(op.vjp_op, (heads, [x, w, s, b], ys, wrt))
 
 
 # -- C: double backward, derived ----------------------------------------------------------------
