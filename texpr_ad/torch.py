@@ -146,10 +146,9 @@ class TorchOp:
         if self._names and len(args) != len(self._names):
             self._arg_names(len(args))  # a CustomOpError saying what the te function takes
         xs = _as_tensors(args)
-        grad = torch.is_grad_enabled()
-        wrt = [x.requires_grad for x in xs] if grad else [False] * len(xs)
-        if not grad and _plain_eager(xs):  # nothing to record: skip the dispatcher
-            outs = self._forward(xs, wrt)
+        wrt = [x.requires_grad for x in xs] if torch.is_grad_enabled() else [False] * len(xs)
+        if _plain_eager(xs):  # nothing else would see the op: skip the dispatcher
+            outs = _Eager.apply(self, wrt, *xs) if any(wrt) else self._forward(xs, wrt)
         else:
             outs = self.forward_op(*xs, wrt) if self._names else self.forward_op(xs, wrt)
         outs = outs[: self._n_out(xs, wrt)]  # then residuals
@@ -438,13 +437,38 @@ def _host(x: torch.Tensor) -> np.ndarray:
     return x.numpy()
 
 
+class _Eager(torch.autograd.Function):
+    """The forward and backward ops' implementations as an autograd.Function: what an eager call
+    on plain CPU tensors records (torch.library's autograd wrapper costs about twice as much).
+    Its backward calls the backward op when a graph is built (create_graph: double backward)."""
+
+    @staticmethod
+    def forward(op: TorchOp, wrt: list[bool], *xs: torch.Tensor) -> tuple:
+        return tuple(op._forward(list(xs), wrt))
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        op, wrt, *xs = inputs
+        op._setup_context(ctx, (*xs, wrt) if op._names else (xs, wrt), output)
+        ctx.op = op
+
+    @staticmethod
+    def backward(ctx: Any, *gs: torch.Tensor | None) -> tuple:
+        grads = ctx.op._backward(ctx, gs)
+        return (None, None, *(grads[:-1] if ctx.op._names else grads[0]))
+
+
 def _plain_eager(ts: Sequence[torch.Tensor]) -> bool:
     """Whether a call may skip the dispatcher (the per-call fast path): eager, CPU tensors of
-    the plain class (no FakeTensor, no functorch wrapper), no torch function or dispatch mode,
-    not tracing (torch.compile, torch.jit.trace) -- nothing would see the op."""
-    return (not torch._C._len_torch_dispatch_stack()
+    the plain class (no FakeTensor, no functorch wrapper or transform), no torch function or
+    dispatch mode, not tracing (torch.compile, torch.jit.trace), no profiler -- nothing would
+    see the op."""
+    return (not torch.compiler.is_compiling()  # first: torch.compile folds it, reads no more
+            and not torch._C._len_torch_dispatch_stack()
+            and not torch._C._autograd._profiler_enabled()
             and not torch._C._is_torch_function_mode_enabled()
-            and not torch.compiler.is_compiling() and not torch._C._get_tracing_state()
+            and not torch._C._get_tracing_state()
+            and torch._C._functorch.peek_interpreter_stack() is None  # no vmap/grad transform
             and all(type(t) is torch.Tensor and t.is_cpu
                     and not torch._C._functorch.is_functorch_wrapped_tensor(t) for t in ts))
 

@@ -297,6 +297,10 @@ def test_fast_path_skips_the_dispatcher_only_when_nothing_would_see_the_op():
     with Seen() as seen:
         op(x, g).sum().backward()
     assert f"{name}_vjp.default" in seen.ops, seen.ops
+    with torch.profiler.profile() as prof:  # a profiler sees the ops too
+        op(x, g).sum().backward()
+    names = {e.name for e in prof.events()}
+    assert {op.qualname, f"{op.qualname}_vjp"} <= names, sorted(names)
 
 
 def test_kernel_argument_memo_still_checks_new_shapes():
