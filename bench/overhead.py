@@ -3,8 +3,8 @@
 
     python -m bench.overhead [--repeat N]      # or: python -m bench --overhead
 
-Rows (microseconds per call, the fastest of `repeat` runs of 200 calls, one thread): the forward under `torch.no_grad()`, and
-forward + backward (the input requires grad).  `plain torch` is `x * w + 1` (the op's
+Rows (microseconds per call, the fastest of `repeat` runs of 200 calls, one thread): the
+forward under `torch.no_grad()`, and forward + backward (the input requires grad).  `plain torch` is `x * w + 1` (the op's
 formula); `empty custom_op` a `torch.library.custom_op` returning `x.clone()` with the same
 `register_autograd` shape, so its figure is what PyTorch's dispatch costs alone; `texpr_ad`
 minus `empty custom_op` is texpr_ad's own per-call cost (argument checks, kernel lookup, the
