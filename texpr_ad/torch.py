@@ -14,6 +14,14 @@ intermediates its backward reads (a row max, a normalizer; see `Pullback.explain
 non-differentiable and saved by autograd with the inputs and outputs; the `_vjp` op reads them
 instead of recomputing.
 
+Higher order, derived: the `_vjp` op's own autograd is texpr_ad's vjp of the vjp graph (the op
+`<name>_grad`: inputs and cotangents -> adjoints; recursively), so double backward works; the
+vmap rules run the te function mapped over a batch axis (`te.dag.add_batch_axis`) as the op
+`<name>_vmap_<mask>`: one batched kernel.  Per-call fast path: pullbacks memoized per (shapes,
+dtypes, wrt); an eager call on plain CPU tensors that nothing else observes (`_plain_eager`)
+skips the dispatcher (the kernels directly, or an autograd.Function with the same forward and
+backward when a gradient is recorded).
+
 Arrays: CPU tensors reach the Numba kernels as `.numpy()` views (no copy) when C-contiguous;
 a non-contiguous tensor (a transpose, an expanded gradient) is copied once with `.contiguous()`.
 Outputs are the kernels' fresh NumPy arrays wrapped by `torch.from_numpy` (no copy).  Kernels
