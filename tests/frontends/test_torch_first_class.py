@@ -333,3 +333,21 @@ def test_jax_op_takes_python_numbers_as_scalar_arguments():
     np.testing.assert_allclose(op(x, w, 0.5, 1.0), np.ones((2, 3)) * np.arange(3.0) * 0.5 + 1.0)
     g = jax.grad(lambda s: op(x, w, s, 1.0).sum())(jnp.float32(2.0))
     np.testing.assert_allclose(g, 2 * np.arange(3.0).sum())
+
+
+def test_add_batch_axis_maps_data_dependent_reads_and_shares_unbatched_stages():
+    from texpr_ad.te.dag import add_batch_axis
+    x = te.placeholder((5,), "float64", name="x")
+    idx = te.placeholder((4,), "int64", name="idx")
+    w2 = te.compute((5,), lambda i: x[i] * 2.0, name="w2")  # reads no batched tensor: shared
+    g = te.compute((4,), lambda i: w2[idx[i]] + x[idx[i]], name="g")
+    ib = te.placeholder((3, 4), "int64", name="ib")
+    gb, w2b = add_batch_axis([g, w2], {idx: ib})
+    assert w2b is w2 and tuple(int(s.value) for s in gb.shape) == (3, 4)
+    xs, ids = np.arange(5.0), np.array([[4, 0, 1, 2], [3, 3, 0, 1], [2, 2, 2, 2]])
+    got, = te.evaluate([gb], {x: xs, ib: ids})
+    np.testing.assert_allclose(got, 3 * xs[ids])
+    op = tt.custom_op(_gather_square, name=_name("vmap_gather"))
+    v = torch.randn(5, dtype=torch.float64)
+    I = torch.from_numpy(ids)
+    torch.testing.assert_close(torch.vmap(op, in_dims=(None, 0))(v, I), v[I] ** 2)
