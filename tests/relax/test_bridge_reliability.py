@@ -33,6 +33,8 @@ from texpr_ad.relax_bridge.args import BridgeArgumentError  # noqa: E402
 from texpr_ad.relax_bridge.to_tvm import INDEX_CHECK  # noqa: E402
 from texpr_ad.te import bounds  # noqa: E402
 from texpr_ad.te.bounds import Verdict, dim_verdict  # noqa: E402
+from texpr_ad.te.expr import Read  # noqa: E402
+from texpr_ad.te.visit import walk  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 2828
@@ -222,6 +224,66 @@ def test_a_3000_deep_index_defines_and_runs():
     assert time.perf_counter() - t0 < 10
     np.testing.assert_array_equal(te.evaluate([Y], {X: np.arange(5, dtype="float32")})[0],
                                   [4, 3, 2, 1, 0])
+
+
+def _shared_select_chain(x: te.Expr, n: int) -> te.Expr:
+    """`e = select(e > 100 + k, e - 1, e)` n times: each level reads `e` three times under
+    different guards, so the guarded paths to the bottom number 3^n."""
+    for k in range(n):
+        x = te.if_then_else(x > 100 + k, x - 1, x)
+    return x
+
+
+@pytest.mark.parametrize("depth", [12, 3000])
+def test_nested_guards_on_a_shared_value_define_in_seconds(depth):
+    """More of the class: guarded_reads followed every guarded path (12 levels: 46 s, 30: hours),
+    the enumeration fallback evaluated shared nodes once per path and recursed (3000: a
+    RecursionError).  Past MAX_FACTS guards on a path they are no longer tracked (the read is
+    checked when the kernel runs), past GUARD_VISITS neither; enumeration is iterative."""
+    X = te.placeholder((5,), "float32", name="X")
+    t0 = time.perf_counter()
+    Y = te.compute((5,), lambda i: X[_shared_select_chain(i, depth)], name="Y")
+    assert time.perf_counter() - t0 < 15
+    (r,) = [x for x in walk(Y.op.body[0]) if isinstance(x, Read)]
+    axis = Y.op.axis[0]
+    np.testing.assert_array_equal(bounds.int_eval(r.indices[0], {axis: np.arange(5)}, 5),
+                                  np.arange(5))  # (te.evaluate takes 3^depth steps here)
+
+
+def test_bound_has_a_work_budget():
+    """`bound` visits both sides of a select: 2^n work on n nested selects; past BOUND_WORK it
+    answers 'unknown' (None) at once, below it the exact bound as before."""
+    i = te.compute((9,), lambda i: i, name="probe").op.axis[0]
+
+    def chain(n):
+        x = i
+        for k in range(n):
+            x = te.if_then_else(i > k, x + 1, x - 1)
+        return x
+
+    assert bounds.bound(chain(5), True) == ({}, 13) and bounds.bound(chain(5), False) == ({}, -5)
+    t0 = time.perf_counter()
+    assert bounds.bound(chain(60), True) is None
+    assert time.perf_counter() - t0 < 5
+
+
+def test_guards_past_max_facts_are_checked_not_rejected():
+    """A read under more than MAX_FACTS nested guards: its facts are not tracked, so it cannot
+    be proven, but it is not rejected either (it would have been, were the untracked guards
+    dropped: `X[i - 1]` at i = 0): it is checked when the kernel runs, where the guard holds."""
+    X = te.placeholder((5,), "float32", name="X")
+
+    def body(i):
+        inner = X[i - 1]
+        for k in range(bounds.MAX_FACTS + 5):
+            inner = te.if_then_else(i < 100 + k, inner, 0.0)
+        return te.if_then_else(i >= 1, inner, -1.0)
+
+    Y = te.compute((5,), body, name="Y")
+    (r, dims), = bounds.unproven_dims(Y.op.body).items()
+    assert r.tensor is X and dims == {0}
+    x = np.arange(5, dtype="float32")
+    np.testing.assert_array_equal(te.evaluate([Y], {X: x})[0], [-1, 0, 1, 2, 3])
 
 
 def test_reflect_pad_differentiates_in_seconds():

@@ -22,6 +22,11 @@ A read whose guard is false (a fact bounded above below 0) or whose axes are emp
 What the substitution cannot prove over a static domain of at most ENUMERATE_MAX points is
 settled by enumerating it (TOPI's adaptive pooling writes a window end as a ceil by select).
 Reads the kernels must check are reported by `unproven_dims`; `te.compute` rejects UNSAFE ones.
+
+Every part is bounded, so a definition never hangs: the prover per read dim (BUDGET steps,
+MAX_DEPTH nesting, TIME_BUDGET seconds; then enumeration, else RUNTIME), `bound` (BOUND_WORK,
+BOUND_DEPTH; then unknown), `guarded_reads` (GUARD_VISITS, MAX_FACTS; then a read's guards are
+not tracked and it is checked at run time), and the walks over expressions are iterative.
 """
 from __future__ import annotations
 
@@ -54,16 +59,28 @@ def _add(acc: dict[Expr, int], b: dict[Expr, int], k: int) -> None:
         acc[v] = acc.get(v, 0) + k * c
 
 
-def bound(e: Expr, upper: bool) -> Lin | None:
+BOUND_WORK = 2000  # atoms one `bound` call may visit (selects and min/max visit both sides)
+BOUND_DEPTH = 32  # atoms nested inside atoms; past either limit the bound is unknown (None)
+
+
+class _Work:
+    """What one `bound` call has left to spend."""
+
+    def __init__(self) -> None:
+        self.left, self.depth = BOUND_WORK, 0
+
+
+def bound(e: Expr, upper: bool, work: _Work | None = None) -> Lin | None:
     """A bound of integer `e` (upper or lower) affine in the symbolic dims; None: depends on
-    tensor values (or unknown)."""
+    tensor values (or unknown, or past the BOUND_WORK / BOUND_DEPTH budget)."""
+    w = work or _Work()
     aff = to_affine(e)
     if aff is None:
         return None
     terms, c = aff
     acc: dict[Expr, int] = {}
     for atom, k in terms.items():
-        b = _atom_bound(atom, upper if k > 0 else not upper)
+        b = _atom_bound(atom, upper if k > 0 else not upper, w)
         if b is None:
             return None
         _add(acc, b[0], k)
@@ -71,21 +88,32 @@ def bound(e: Expr, upper: bool) -> Lin | None:
     return {v: k for v, k in acc.items() if k}, c
 
 
-def _const_bound(e: Expr, upper: bool) -> int | None:
-    b = bound(e, upper)
+def _const_bound(e: Expr, upper: bool, work: _Work | None = None) -> int | None:
+    b = bound(e, upper, work)
     return b[1] if b is not None and not b[0] else None
 
 
-def _atom_bound(a: Expr, upper: bool) -> Lin | None:
+def _atom_bound(a: Expr, upper: bool, w: _Work) -> Lin | None:
+    w.left -= 1
+    if w.left < 0 or w.depth >= BOUND_DEPTH:
+        return None
+    w.depth += 1
+    try:
+        return _atom_bound_rule(a, upper, w)
+    finally:
+        w.depth -= 1
+
+
+def _atom_bound_rule(a: Expr, upper: bool, w: _Work) -> Lin | None:
     match a:
         case Var():
             return {a: 1}, 0
         case IterVar(lo=lo, extent=n):
-            return bound(lo + n - 1 if upper else lo, upper)
+            return bound(lo + n - 1 if upper else lo, upper, w)
         case Call(op=Op.CAST, args=(x,)) if dt.is_int(x.dtype):
-            return bound(x, upper)
+            return bound(x, upper, w)
         case Call(op=Op.FLOORDIV, args=(x, Const(value=c))) if c > 0:
-            b = bound(x, upper)
+            b = bound(x, upper, w)
             if b is None or any(k % c for k in b[0].values()):
                 return _interval_bound(a, upper)
             return {v: k // c for v, k in b[0].items()}, b[1] // c
@@ -93,15 +121,16 @@ def _atom_bound(a: Expr, upper: bool) -> Lin | None:
             iv = _interval_bound(a, upper)
             return iv if iv is not None else ({}, c - 1 if upper else 0)
         case Call(op=Op.MIN | Op.MAX, args=(x, y)):
-            bx, by = _const_bound(x, upper), _const_bound(y, upper)
+            bx, by = _const_bound(x, upper, w), _const_bound(y, upper, w)
             pick = min if a.op is Op.MIN else max
             if bx is not None and by is not None:
                 return {}, pick(bx, by)
             if upper == (a.op is Op.MIN):  # min's upper bound: either side's will do
-                return bound(x, upper) or bound(y, upper)
+                return bound(x, upper, w) or bound(y, upper, w)
             return None
         case Call(op=Op.SELECT, args=(_, x, y)):
-            bx, by = _const_bound(x, upper), _const_bound(y, upper)
+            bx = _const_bound(x, upper, w)
+            by = _const_bound(y, upper, w) if bx is not None else None
             if bx is None or by is None:
                 return None
             return {}, (max if upper else min)(bx, by)
@@ -163,14 +192,30 @@ def _compare(op: Op, x: Expr, y: Expr) -> list[Expr]:
 
 # -- reads with their guards --------------------------------------------------------------------
 
+GUARD_VISITS = 20000  # (node, facts) pairs guarded_reads visits before it stops tracking guards
+MAX_FACTS = 64  # facts tracked on one path (guards nested deeper stop being tracked there)
+# An opaque fact `g >= 0` (g a symbolic dim no expression uses): it proves nothing, but a goal it
+# appears in is never UNSAFE, only unproven (RUNTIME: checked when the kernel runs).
+UNKNOWN_GUARD = Var("unknown_guard", "int64")
+
+
 def guarded_reads(e: Expr, known: Sequence[Expr] = ()) -> Iterator[tuple[Read, tuple[Expr, ...]]]:
     """Every read in `e` (axis bounds of reductions included) with the facts that hold where it
     is evaluated: select branches and the right side of `&`/`|` are lazy, a reduction's source
-    is evaluated only where its `where=` holds."""
+    is evaluated only where its `where=` holds.
+
+    A subexpression reached under several guards is visited once per distinct fact set.  Past
+    GUARD_VISITS visits (selects nested on a shared value multiply the paths), or below more
+    than MAX_FACTS guards, a node is visited with `known` and UNKNOWN_GUARD for facts: the work
+    stays linear, and a read whose guards were not tracked is checked when the kernel runs
+    instead of being rejected."""
     stack: list[tuple[Expr, tuple[Expr, ...]]] = [(e, tuple(known))]
     seen: set[tuple[int, tuple[Expr, ...]]] = set()  # a shared subexpression is visited once
+    untracked = (*known, UNKNOWN_GUARD)
     while stack:
         x, fs = stack.pop()
+        if len(seen) >= GUARD_VISITS or len(fs) > MAX_FACTS:
+            fs = untracked
         if (id(x), fs) in seen:
             continue
         seen.add((id(x), fs))
@@ -435,7 +480,26 @@ def enumerate_holds(cond: Expr, known: Sequence[Expr] = ()) -> bool | None:
 
 
 def int_eval(e: Expr, env: dict[Expr, Any], npts: int) -> Any:
-    """Integer/bool expression `e` at every enumerated point (eager selects, no division by 0)."""
+    """Integer/bool expression `e` at every enumerated point (eager selects, no division by 0).
+    Iterative, a shared subexpression evaluated once: depth and sharing cost no more than the
+    distinct nodes."""
+    memo: dict[int, Any] = {}
+    stack: list[tuple[Expr, bool]] = [(e, False)]
+    while stack:
+        x, ready = stack.pop()
+        if id(x) in memo:
+            continue
+        kids = x.args if isinstance(x, Call) else ()
+        if kids and not ready:
+            stack.append((x, True))
+            stack += [(k, False) for k in kids if id(k) not in memo]
+            continue
+        memo[id(x)] = _int_node(x, [memo[id(k)] for k in kids], env, npts)
+    return memo[id(e)]
+
+
+def _int_node(e: Expr, args: list[Any], env: dict[Expr, Any], npts: int) -> Any:
+    """`int_eval` of node `e`, given its arguments' values."""
     import numpy as np
     from .interp import NUMPY_IMPL
     match e:
@@ -443,16 +507,14 @@ def int_eval(e: Expr, env: dict[Expr, Any], npts: int) -> Any:
             return np.full(npts, v, dtype=bool if isinstance(v, bool) else np.int64)
         case IterVar():
             return env[e]
-        case Call(op=Op.CAST, args=(x,)):
-            v = int_eval(x, env, npts)
-            return v.astype(bool) if e.dtype == "bool" else v.astype(np.int64)
-        case Call(op=Op.SELECT, args=(c, x, y)):
-            return np.where(int_eval(c, env, npts), int_eval(x, env, npts), int_eval(y, env, npts))
-        case Call(op=Op.FLOORDIV | Op.FLOORMOD | Op.DIV, args=(x, y)):
-            d = int_eval(y, env, npts)
-            return NUMPY_IMPL[e.op](int_eval(x, env, npts), np.where(d == 0, 1, d))
-        case Call(op=op, args=args):
-            return NUMPY_IMPL[op](*[int_eval(x, env, npts) for x in args])
+        case Call(op=Op.CAST):
+            return args[0].astype(bool) if e.dtype == "bool" else args[0].astype(np.int64)
+        case Call(op=Op.SELECT):
+            return np.where(*args)
+        case Call(op=Op.FLOORDIV | Op.FLOORMOD | Op.DIV):
+            return NUMPY_IMPL[e.op](args[0], np.where(args[1] == 0, 1, args[1]))
+        case Call(op=op):
+            return NUMPY_IMPL[op](*args)
     raise TypeError(f"cannot enumerate `{e}`")
 
 
