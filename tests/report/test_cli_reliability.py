@@ -95,6 +95,23 @@ def test_broken_tvm_install_is_one_line(tmp_path, kind):
     assert f"--relax: importing tvm failed ({kind}: " in err and "reinstall" in err, err
 
 
+def test_broken_tvm_install_makes_the_tvm_column_na_with_the_reason(tmp_path):
+    """More of the class: without --relax, the tvm column of a broken install failed in every
+    row (not gating); it is n/a with the import failure as its reason, as 'tvm not installed'."""
+    import json
+    (tmp_path / "tvm").mkdir()
+    (tmp_path / "tvm" / "__init__.py").write_text(BROKEN["OSError"] + "\n")
+    r = subprocess.run([sys.executable, "-m", "texpr_ad", "coverage", "--ops", "relu",
+                        "--targets", "tvm", "--format", "json", "--no-progress"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120,
+                       env={**_env(), "PYTHONPATH": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    (col,) = [c for c in rep["columns"] if c["key"] == "tvm"]
+    assert "importing tvm failed (OSError: libtvm.so" in col["unavailable_reason"]
+    assert "Traceback" not in r.stderr
+
+
 def _env() -> dict:
     import os
     return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -196,7 +196,11 @@ def col_cuda(run: OpRun) -> Result:
 
 
 def _tvm_why_not() -> str:
-    return "" if importlib.util.find_spec("tvm") else "tvm not installed"
+    """'' when tvm imports; else why not (not installed, or a broken install: its error)."""
+    if importlib.util.find_spec("tvm") is None:
+        return "tvm not installed"
+    from ..relax_bridge.to_tvm import tvm_import_error
+    return tvm_import_error() or ""
 
 
 def _always() -> str:
