@@ -30,7 +30,7 @@ from texpr_ad.kernels.kernel import KernelArgumentError, KernelIndexError  # noq
 from texpr_ad.relax_bridge import (build, call_te_with_auto_grad, from_tvm, prepare_for_build,  # noqa: E402
                                    prim_func, register_missing_gradients, te_gradient, translate)
 from texpr_ad.relax_bridge.args import BridgeArgumentError  # noqa: E402
-from texpr_ad.relax_bridge.to_tvm import INDEX_CHECK  # noqa: E402
+from texpr_ad.relax_bridge.to_tvm import INDEX_CHECK, checks_on  # noqa: E402
 from texpr_ad.te import bounds  # noqa: E402
 from texpr_ad.te.bounds import Verdict, dim_verdict  # noqa: E402
 from texpr_ad.te.expr import Read  # noqa: E402
@@ -46,7 +46,7 @@ def rows(E, I):
     return te.compute((I.shape[0], E.shape[1]), lambda i, d: E[I[i], d], name="rows")
 
 
-def _gather_module(check_bounds: bool = True):
+def _gather_module(check_bounds: bool | None = True):
     e = relax.Var("e", relax.TensorType((5, 3), "float32"))
     i = relax.Var("i", relax.TensorType((4,), "int64"))
     bb = relax.BlockBuilder()
@@ -80,6 +80,19 @@ def test_only_unproven_reads_carry_a_check_and_the_opt_out_drops_it():
     X = te.placeholder((4,), "float32", name="X")
     assert INDEX_CHECK not in prim_func([te.compute((4,), lambda i: X[3 - i] * 2.0, name="Y")],
                                         [X]).script()
+
+
+def test_device_targets_get_no_host_callback():
+    """Device kernels cannot call back into Python (the CUDA build failed: 'Unresolved call
+    tirx.tvm_call_packed'): by default no check is emitted under a device target context, nor
+    for build(target=<device>); an explicit check_bounds wins either way."""
+    with tvm.target.Target("cuda"):
+        assert INDEX_CHECK not in prepare_for_build(_gather_module(None)).script()
+        assert INDEX_CHECK in prepare_for_build(_gather_module(True)).script()
+    with tvm.target.Target("llvm"):
+        assert INDEX_CHECK in prepare_for_build(_gather_module(None)).script()
+    assert checks_on(None, "cuda") is False and checks_on(None, "llvm") is True
+    assert checks_on(True, "cuda") is True and checks_on(False) is False
 
 
 RISKY = """

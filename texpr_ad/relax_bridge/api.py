@@ -10,7 +10,7 @@ from .to_tvm import TranslationError, translate
 
 def call_te_with_auto_grad(bb: Any, fte: Callable[..., Any], *args: Any,
                            primfunc_name_hint: str | None = None, te_grad_name: str | None = None,
-                           no_grad: int | Sequence[int] = (), check_bounds: bool = True,
+                           no_grad: int | Sequence[int] = (), check_bounds: bool | None = None,
                            **attrs: Any) -> Any:
     """`bb.call_te_with_grad` for a texpr_ad operator, with a derived gradient.
 
@@ -26,7 +26,9 @@ def call_te_with_auto_grad(bb: Any, fte: Callable[..., Any], *args: Any,
     anchors that pass through argmax-like reductions; integer inputs always get zeros).
     Reads (and scatters) at indices computed from tensor values are checked when the compiled
     forward and gradient run (a KernelIndexError naming the read, as texpr_ad's own kernels
-    raise); `check_bounds=False` leaves them unchecked.
+    raise); `check_bounds=False` leaves them unchecked.  The default (None) checks them unless
+    the current `tvm.target.Target` is a device such as CUDA (device kernels cannot raise):
+    emit inside `with tvm.target.Target("cuda"):`, or pass False, for a GPU build.
     Returns the `call_tir_with_grad` Call; emit it with `bb.emit`.
 
     Example::
@@ -67,8 +69,8 @@ def call_te_with_auto_grad(bb: Any, fte: Callable[..., Any], *args: Any,
     kwargs = dict(attrs)
     if no_grad:
         kwargs[NO_GRAD] = tuple(sorted({int(k) for k in no_grad}))
-    if not check_bounds:
-        kwargs[CHECK_BOUNDS] = False
+    if check_bounds is not None:
+        kwargs[CHECK_BOUNDS] = bool(check_bounds)
     return bb.call_te_with_grad(forward, *args, te_grad_name=name, te_grad_kwargs=kwargs,
                                 primfunc_name_hint=primfunc_name_hint or name)
 

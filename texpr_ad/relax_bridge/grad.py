@@ -34,7 +34,7 @@ from .to_tvm import TranslationError, translate
 
 PREFIX = "tvm.relax.te_grad._register."
 NO_GRAD = "texpr_ad_no_grad"  # reserved te_grad_kwargs key: argument positions with zero adjoints
-CHECK_BOUNDS = "texpr_ad_check_bounds"  # reserved te_grad_kwargs key: False leaves reads unchecked
+CHECK_BOUNDS = "texpr_ad_check_bounds"  # reserved te_grad_kwargs key: call_te_with_auto_grad's
 
 _OPERATORS: dict[str, Callable[..., Any]] = {}  # te_grad_name -> operator function
 
@@ -202,7 +202,7 @@ def _make_handler(op: str) -> Callable[..., Any]:
         args = list(call.args[1].fields)
         kwargs = {str(k): to_python(v) for k, v in call.attrs.te_grad_kwargs.items()}
         no_grad = tuple(kwargs.pop(NO_GRAD, ()))
-        check_bounds = bool(kwargs.pop(CHECK_BOUNDS, True))
+        check_bounds = kwargs.pop(CHECK_BOUNDS, None)
         phs, var_map = placeholders(args, op)
         outs, heads, grads = derive(fte, op, phs, kwargs, no_grad)
         return emit_gradient(ctx, op, args, phs, var_map, outs, heads, grads, orig_var,
@@ -215,7 +215,7 @@ def _make_handler(op: str) -> Callable[..., Any]:
 def emit_gradient(ctx: Any, op: str, args: Sequence[Any], phs: list[Tensor],
                   var_map: dict[Var, Any], outs: list[Tensor], heads: list[Tensor],
                   grads: list[Tensor | None], orig_var: Any, output_grad: Any,
-                  check_bounds: bool = True) -> Any:
+                  check_bounds: bool | None = None) -> Any:
     """Emit one PrimFunc computing one gradient per Relax argument in `args` (zeros where
     `grads` has None); returns the emitted Var (a tuple).  Forward outputs the adjoints
     read come from `orig_var`, not recomputed; `check_bounds` as in `to_tvm.translate`."""

@@ -188,7 +188,7 @@ def checked_index(index: Any, extent: Any, site: str) -> Any:
     `site` (lazy: `if_then_else` evaluates the call only when the index is out of range).
 
     Reads the bounds prover cannot prove (indices computed from tensor values, symbolic dims)
-    get this check, as texpr_ad's own kernels do; `check_bounds=False` opts out.  The error
+    get this check, as texpr_ad's own kernels do (see `checks_on` for when).  The error
     function is a Python global: a module exported and run without texpr_ad reports a missing
     `texpr_ad.index_out_of_bounds` function instead (still an error, never a wild read).
     """
@@ -205,6 +205,20 @@ def _register_index_check() -> None:
     from .grad import keep_error_classes
     tvm_ffi.register_global_func(INDEX_CHECK, _index_out_of_bounds, override=True)
     keep_error_classes()  # a KernelIndexError reaches the caller as itself
+
+
+HOST_TARGETS = ("llvm", "c")  # where compiled code can call back into Python
+
+
+def checks_on(check_bounds: bool | None, target: Any = None) -> bool:
+    """Whether to emit run-time index checks: `check_bounds` if given, else (None, the default)
+    unless the target, `target` or else the current `tvm.target.Target` context, is a device
+    (CUDA, ...): device kernels cannot call back into Python, so they stay unchecked there."""
+    if check_bounds is not None:
+        return bool(check_bounds)
+    tvm = _tvm()
+    t = tvm.target.Target(target) if target is not None else tvm.target.Target.current(True)
+    return t is None or t.kind.name in HOST_TARGETS
 
 
 def _index_out_of_bounds(site: str, index: int, extent: int) -> int:
@@ -549,7 +563,8 @@ def symbolic_vars(tensors: Sequence[Tensor]) -> list[Var]:
 
 
 def translate(outputs: Sequence[Tensor], bind: Mapping[Tensor, Any] | None = None,
-              var_map: Mapping[Var, Any] | None = None, check_bounds: bool = True) -> list[Any]:
+              var_map: Mapping[Var, Any] | None = None,
+              check_bounds: bool | None = None) -> list[Any]:
     """`tvm.te` tensors computing `outputs`.
 
     `bind` maps texpr_ad tensors (placeholders, or any stage to take as given,
@@ -558,14 +573,15 @@ def translate(outputs: Sequence[Tensor], bind: Mapping[Tensor, Any] | None = Non
     unmapped ones get a fresh int64 `tirx.Var`.  Reads and scatters the bounds prover
     cannot prove in bounds (data-dependent indices) are checked when the code runs
     (`checked_index`); `check_bounds=False` leaves them unchecked (a bad index then reads or
-    writes outside the buffer).
+    writes outside the buffer); None checks them unless the current target is a device
+    (`checks_on`).
     """
     tvm = _tvm()
     outputs = as_list(outputs, "translate(outputs=)", is_te_tensor, "texpr_ad te tensors")
     vars_ = dict(var_map or {})
     for v in symbolic_vars(outputs):
         vars_.setdefault(v, tvm.tirx.Var(v.name, INDEX64))
-    dag = _Dag(dict(bind or {}), vars_, check_bounds)
+    dag = _Dag(dict(bind or {}), vars_, checks_on(check_bounds))
     for t in _order(outputs, dag.bound):
         if dag.has(t):
             continue
@@ -650,7 +666,8 @@ def _eval_int(e: Expr, env: Mapping[Expr, int]) -> int:
     raise KernelArgumentError(f"cannot evaluate the output dim `{e}` from the input shapes")
 
 
-def prim_func(outputs: Sequence[Tensor], inputs: Sequence[Tensor], check_bounds: bool = True) -> Any:
+def prim_func(outputs: Sequence[Tensor], inputs: Sequence[Tensor],
+              check_bounds: bool | None = None) -> Any:
     """A `tirx.PrimFunc` with parameters (*inputs, *outputs, *symbolic dims not in input shapes);
     `check_bounds` as in `translate`."""
     tvm = _tvm()
@@ -669,11 +686,11 @@ def prim_func(outputs: Sequence[Tensor], inputs: Sequence[Tensor], check_bounds:
 
 
 def build(outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str = "llvm",
-          check_bounds: bool = True) -> Built:
+          check_bounds: bool | None = None) -> Built:
     """Translate, `tvm.compile` and wrap `outputs` as a NumPy-in/NumPy-out callable
-    (`check_bounds` as in `translate`)."""
+    (`check_bounds` as in `translate`; None: checked unless `target` is a device)."""
     outputs = as_list(outputs, "outputs", is_te_tensor, "texpr_ad te tensors")
     inputs = as_list(inputs, "inputs", is_te_tensor, "texpr_ad te tensors")
-    pf = prim_func(outputs, inputs, check_bounds)
+    pf = prim_func(outputs, inputs, checks_on(check_bounds, target))
     sym = symbolic_vars([*outputs, *inputs])
     return Built(inputs, outputs, _tvm().compile(pf, target=target), pf, sym)
