@@ -27,8 +27,9 @@ from tvm import relax, te as tte, topi  # noqa: E402
 import texpr_ad as ta  # noqa: E402
 from texpr_ad import te  # noqa: E402
 from texpr_ad.kernels.kernel import KernelArgumentError, KernelIndexError  # noqa: E402
-from texpr_ad.relax_bridge import (build, call_te_with_auto_grad, from_tvm, prepare_for_build,  # noqa: E402
-                                   prim_func, register_missing_gradients, te_gradient, translate)
+from texpr_ad.relax_bridge import (build, call_te_with_auto_grad, from_tvm,  # noqa: E402
+                                   prepare_for_build, prim_func, register_missing_gradients,
+                                   te_gradient, translate)
 from texpr_ad.relax_bridge.args import BridgeArgumentError  # noqa: E402
 from texpr_ad.relax_bridge.to_tvm import INDEX_CHECK, checks_on  # noqa: E402
 from texpr_ad.te import bounds  # noqa: E402
@@ -105,7 +106,8 @@ sys_path_test = {test!r}
 import importlib.util
 spec = importlib.util.spec_from_file_location("t", sys_path_test)
 t = importlib.util.module_from_spec(spec); spec.loader.exec_module(t)
-vm = relax.VirtualMachine(tvm.compile(prepare_for_build(t._gather_module()), target="llvm"), tvm.cpu())
+ex = tvm.compile(prepare_for_build(t._gather_module()), target="llvm")
+vm = relax.VirtualMachine(ex, tvm.cpu())
 E = te.placeholder((5, 3), "float32", name="E")
 I = te.placeholder((4,), "int64", name="I")
 H = te.placeholder((4, 3), "float32", name="H")
@@ -122,9 +124,11 @@ for name, run in runs.items():
         ids = np.array([0, bad, 1, 1], "int64")
         try:
             res = run(ids)
-            out[f"{{name}} {{bad}}"] = ["ok", float(np.asarray(res[0].numpy() if hasattr(res[0], "numpy") else res[0]).sum())]
-        except Exception as ex:
-            out[f"{{name}} {{bad}}"] = [type(ex).__name__, isinstance(ex, (IndexError, ta.TexprError)), str(ex)]
+            res = res[0] if isinstance(res, list) else res.numpy()
+            out[f"{{name}} {{bad}}"] = ["ok", float(np.asarray(res).sum())]
+        except Exception as err:
+            ok = isinstance(err, (IndexError, ta.TexprError))
+            out[f"{{name}} {{bad}}"] = [type(err).__name__, ok, str(err)]
 print("RESULT" + json.dumps(out))
 """
 
@@ -175,7 +179,7 @@ def test_built_kernel_argument_mistakes_are_texpr_errors():
     b = build([te.compute((3,), lambda i: X[i] * 2.0, name="Y")], [X])
     with pytest.raises(KernelArgumentError, match=r"expected 1 arrays \(X\), got 2"):
         b(np.ones(3, "float32"), np.ones(3, "float32"))
-    with pytest.raises(KernelArgumentError, match="'X' is float32 but got an array of dtype float64"):
+    with pytest.raises(KernelArgumentError, match="'X' is float32 but got an array of dtype"):
         b(np.ones(3))
     m = te.var("m")
     free = build([te.compute((m,), lambda i: X[0] * 1.0, name="Z")], [X])
@@ -381,7 +385,8 @@ def test_call_te_with_auto_grad_argument_mistakes():
     with bb.function("main", [v]):
         assert call_te_with_auto_grad(bb, scale, v, v, no_grad=1) is not None  # one position
         for bad, what in (("0", "got str"), ((True,), "got bool"), (1.0, "got float")):
-            with pytest.raises(BridgeArgumentError, match=f"no_grad= takes argument positions.*{what}"):
+            with pytest.raises(BridgeArgumentError,
+                               match=f"no_grad= takes argument positions.*{what}"):
                 call_te_with_auto_grad(bb, scale, v, no_grad=bad)
         with pytest.raises(BridgeArgumentError, match="must be a function"):
             call_te_with_auto_grad(bb, "scale", v)

@@ -262,5 +262,6 @@ def registered(name: str) -> Callable[..., Any] | None:
     return _OPERATORS.get(name)
 
 
-__all__ = ["BridgeError", "CHECK_BOUNDS", "NO_GRAD", "PREFIX", "as_outputs", "derive", "emit_gradient",
+__all__ = ["BridgeError", "CHECK_BOUNDS", "NO_GRAD", "PREFIX", "as_outputs", "derive",
+           "emit_gradient", "keep_error_classes",
            "placeholders", "register", "registered", "to_python"]

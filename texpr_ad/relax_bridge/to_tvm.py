@@ -196,7 +196,8 @@ def checked_index(index: Any, extent: Any, site: str) -> Any:
     _register_index_check()
     d = dtype_of(index)
     ok = tirx.all(index >= tirx.const(0, d), index < extent)
-    return tirx.if_then_else(ok, index, tirx.call_packed(INDEX_CHECK, site, index, extent).astype(d))
+    fail = tirx.call_packed(INDEX_CHECK, site, index, extent).astype(d)
+    return tirx.if_then_else(ok, index, fail)
 
 
 @functools.cache
@@ -636,8 +637,8 @@ class Built:
         arrs = [np.ascontiguousarray(a) for a in arrays]
         for t, a in zip(self.inputs, arrs, strict=True):
             if str(a.dtype) != t.dtype:
-                raise KernelArgumentError(f"input {t.name!r} is {t.dtype} but got an array of dtype "
-                                          f"{a.dtype}; convert it (a.astype({t.dtype!r}))")
+                raise KernelArgumentError(f"input {t.name!r} is {t.dtype} but got an array of "
+                                          f"dtype {a.dtype}; convert it (a.astype({t.dtype!r}))")
         env = bind_shapes(self.inputs, arrs)
         outs = [np.zeros(tuple(_eval_int(s, env) for s in t.shape), t.dtype) for t in self.outputs]
         args = [tvm.runtime.tensor(a) for a in (*arrs, *outs)]

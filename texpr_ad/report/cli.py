@@ -150,7 +150,8 @@ def _check_coverage_args(args: argparse.Namespace) -> list[Any]:
     except ValueError as e:
         raise UsageError(str(e)) from None
     if not columns:
-        raise UsageError(f"--targets {args.targets!r} names no target; give e.g. 'cpu,tvm' or 'all'")
+        raise UsageError(f"--targets {args.targets!r} names no target; give e.g. 'cpu,tvm' or "
+                         "'all'")
     if args.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
     if args.output is not None and not args.output.strip():
