@@ -25,7 +25,13 @@ Semantic points the translation takes care of:
   the end as a condition in the body: TVM 0.27 accepts such domains but computes them wrongly
   (`static_reduce_range`).  Scatter loop nests are plain TIR `For`s, which take
   dependent bounds correctly.
-* `==`/`!=` on bools become And/Or/Not (LLVM cannot compile them on i1).
+* `==`/`!=` on bools become And/Or/Not (LLVM cannot compile them on i1); `&`/`|` whose right
+  side reads a tensor become `if_then_else` (lazy, as in the IR, so a guard keeps a read out).
+* Reads and scatter targets te.bounds cannot prove in bounds (indices computed from data) are
+  checked when the code runs (`checked_index`: a KernelIndexError, as texpr_ad's kernels raise),
+  except under a device target (`checks_on`).
+* Translation is iterative (an explicit stack over stages and over expression nodes), so deep
+  graphs and deeply nested bodies do not meet Python's recursion limit.
 * Symbolic dims (`te.var`) become `tirx.Var`s (int64, as Relax shapes are);
   index arithmetic mixes int32/int64 through TVM's own promotion and values are
   cast back to the IR dtype where the dtype is observable.
