@@ -17,10 +17,16 @@ from .te.tensor import Tensor
 Signature = tuple[tuple[tuple[int | str, ...], str], ...]
 
 
-def build(outputs: Sequence[Tensor], inputs: Sequence[Tensor], target: str = "cpu", **kw: Any) -> Any:
-    """Compile `outputs` as a function of the placeholders `inputs` (see texpr_ad.kernels.build)."""
+def build(outputs: Sequence[Tensor] | Tensor, inputs: Sequence[Tensor] | Tensor, target: str = "cpu",
+          **kw: Any) -> Any:
+    """Compile `outputs` as a function of the placeholders `inputs` (see texpr_ad.kernels.build);
+    a single tensor on either side is a list of one."""
     from .kernels import build as _build
-    return _build(list(outputs), list(inputs), target=target, **kw)
+    return _build(_as_list(outputs), _as_list(inputs), target=target, **kw)
+
+
+def _as_list(ts: Sequence[Tensor] | Tensor) -> list[Tensor]:
+    return [ts] if isinstance(ts, Tensor) else list(ts)
 
 
 class CustomOpError(TexprError, TypeError):

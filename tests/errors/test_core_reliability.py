@@ -574,3 +574,14 @@ def test_reduce_axis_constant_bounds_still_fold():
     assert isinstance(k.extent, te.Const) and k.extent.value == 5
     n = te.var("n")
     assert te.reduce_axis((1, n), name="j").extent.same_as(n - 1)
+
+
+def test_a_tensor_where_a_list_is_expected_is_an_error_not_a_hang():
+    """`ta.build(Y, X)` (X a 1-d tensor, not [X]) iterated X[0], X[1], ... forever: a single
+    tensor is now a list of one there, and iterating a tensor anywhere else is an error."""
+    X = te.placeholder((4,), "float32", name="X")
+    Y = te.compute((4,), lambda i: X[i] * 2.0, name="Y")
+    (y,) = ta.build(Y, X)(np.arange(4, dtype=np.float32))
+    np.testing.assert_array_equal(y, np.arange(4, dtype=np.float32) * 2)
+    with pytest.raises(te.ExprTypeError, match=r"'X' is not iterable.*pass \[X\]"):
+        list(X)

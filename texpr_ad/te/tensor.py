@@ -146,6 +146,13 @@ class Tensor:
     def __getitem__(self, idx: Any) -> Read:
         return self(*(idx if isinstance(idx, tuple) else (idx,)))
 
+    def __iter__(self) -> Any:
+        # without it `list(X)` of a 1-d tensor would read X[0], X[1], ... forever (a hang where
+        # a list of tensors was expected: ta.build(Y, X))
+        raise dt.ExprTypeError(f"te tensor {self.name!r} is not iterable: where a list of tensors "
+                               f"is expected pass [{self.name}]; inside te.compute read elements "
+                               f"with {self.name}[i]")
+
     def __call__(self, *idx: Any) -> Read:
         if len(idx) == 1 and isinstance(idx[0], (list, tuple)):
             idx = tuple(idx[0])
