@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Sequence
 from .. import te
 from ..te import dtype as dt
 from ..te.expr import Const, Expr, IterVar, Var
+from ..te.visit import fold
 from ..te.intervals import interval
 from ..te.reduce import Reducer
 from ..te.tensor import Tensor
@@ -274,21 +275,7 @@ class _Translator:
 
         Iterative (an explicit stack), so expression depth is not bounded by Python's recursion
         limit; a subexpression TVM shares is translated once."""
-        memo: dict[int, Expr] = {}
-        keep = [e]  # the wrappers whose handles key `memo` stay alive while it is used
-        stack: list[tuple[Any, bool]] = [(e, False)]
-        while stack:
-            x, ready = stack.pop()
-            if _key(x) in memo:
-                continue
-            kids = _operands(x)
-            if kids and not ready:
-                keep += kids
-                stack.append((x, True))
-                stack += [(k, False) for k in reversed(kids) if _key(k) not in memo]
-                continue
-            memo[_key(x)] = self._node(x, [memo[_key(k)] for k in kids], env, where)
-        return memo[_key(e)]
+        return fold(e, _operands, lambda x, args: self._node(x, args, env, where), key=_key)
 
     def _node(self, e: Any, args: list[Expr], env: dict[int, Expr], where: str) -> Expr:
         """`e` in texpr_ad, given its operands (`_operands(e)`) translated."""

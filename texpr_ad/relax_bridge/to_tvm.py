@@ -57,7 +57,7 @@ from ..te.expr import Call, CommReducer, Const, Expr, IterVar, Read, Reduce, Var
 from ..te.ops import Op
 from ..te.printer import expr_str
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
-from ..te.visit import walk
+from ..te.visit import fold, walk
 
 INDEX64 = "int64"
 
@@ -250,21 +250,11 @@ class ExprTranslator:
     def __call__(self, e: Expr) -> Any:
         """The TVM PrimExpr of `e`.  Iterative (an explicit stack), so expression depth is not
         bounded by Python's recursion limit; a shared subexpression is translated once."""
-        memo: dict[int, tuple[Any, bool]] = {}  # id(node) -> (TVM expr, reads a tensor)
-        stack: list[tuple[Expr, bool]] = [(e, False)]
-        while stack:
-            x, ready = stack.pop()
-            if id(x) in memo:
-                continue
-            kids = _operands(x)
-            if kids and not ready:
-                stack.append((x, True))
-                stack += [(k, False) for k in reversed(kids) if id(k) not in memo]
-                continue
-            done = [memo[id(k)] for k in kids]
+        def node(x: Expr, done: list[tuple[Any, bool]]) -> tuple[Any, bool]:
+            """(TVM expr, whether it reads a tensor)"""
             reads = isinstance(x, Read) or any(r for _, r in done)
-            memo[id(x)] = (self._node(x, [v for v, _ in done], [r for _, r in done]), reads)
-        return memo[id(e)][0]
+            return self._node(x, [v for v, _ in done], [r for _, r in done]), reads
+        return fold(e, _operands, node)[0]
 
     def _node(self, e: Expr, args: list[Any], reads: list[bool]) -> Any:
         """`e` in TVM, given its operands translated (`reads`: which of them read a tensor)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 from . import dtype as dt
 from .expr import Call, Const, Expr
 from .ops import Op
+from .visit import fold
 
 Affine = tuple[dict[Expr, int], int]
 
@@ -15,19 +16,7 @@ def to_affine(e: Expr) -> Affine | None:
     Iterative (an explicit stack, a shared subterm visited once), so the depth of `e` is not
     bounded by Python's recursion limit.
     """
-    memo: dict[int, Affine | None] = {}
-    stack: list[tuple[Expr, bool]] = [(e, False)]
-    while stack:
-        x, ready = stack.pop()
-        if id(x) in memo:
-            continue
-        kids = _linear_args(x)
-        if kids and not ready:
-            stack.append((x, True))
-            stack += [(k, False) for k in kids if id(k) not in memo]
-            continue
-        memo[id(x)] = _combine(x, [memo[id(k)] for k in kids])
-    return memo[id(e)]
+    return fold(e, _linear_args, _combine)
 
 
 def _linear_args(e: Expr) -> tuple[Expr, ...]:

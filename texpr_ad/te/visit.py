@@ -1,7 +1,7 @@
 """Generic traversal of expressions: children, rebuild, bottom-up rewrite, substitution."""
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
 
 from .expr import Call, Expr, IterVar, Read, Reduce, Var
 
@@ -32,26 +32,42 @@ def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
     return e
 
 
+N = TypeVar("N")
+R = TypeVar("R")
+
+
+def fold(root: N, operands: Callable[[N], Sequence[N]], combine: Callable[[N, list[R]], R],
+         key: Callable[[Any], Hashable] = id) -> R:
+    """`combine(node, [the results of its operands])` bottom-up from the leaves to `root`, each
+    distinct node (by `key`) once.  Iterative (an explicit stack), so the depth of `root` is not
+    bounded by Python's recursion limit.  Every walker over te or TVM expressions uses it."""
+    memo: dict[Hashable, R] = {}
+    keep = [root]  # nodes keyed by identity stay alive while `memo` is used
+    stack: list[tuple[N, bool]] = [(root, False)]
+    while stack:
+        x, ready = stack.pop()
+        if key(x) in memo:
+            continue
+        kids = operands(x)
+        if kids and not ready:
+            keep += kids
+            stack.append((x, True))
+            stack += [(k, False) for k in reversed(kids) if key(k) not in memo]
+            continue
+        memo[key(x)] = combine(x, [memo[key(k)] for k in kids])
+    return memo[key(root)]
+
+
 def transform(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
     """Rewrite bottom-up: children first, then `fn` on the rebuilt node (None keeps it).
 
     Iterative (an explicit stack), so expression depth is not bounded by Python's recursion
     limit; each distinct node (by identity) is rewritten once."""
-    memo: dict[int, tuple[Expr, Expr]] = {}  # id(x) -> (x kept alive, image)
-    stack: list[tuple[Expr, bool]] = [(e, False)]
-    while stack:
-        x, ready = stack.pop()
-        if id(x) in memo:
-            continue
-        kids = children(x)
-        if not ready:
-            stack.append((x, True))
-            stack.extend((c, False) for c in reversed(kids) if id(c) not in memo)
-            continue
-        y = rebuild(x, tuple(memo[id(c)][1] for c in kids))
+    def image(x: Expr, kids: list[Expr]) -> Expr:
+        y = rebuild(x, tuple(kids))
         r = fn(y)
-        memo[id(x)] = (x, y if r is None else r)
-    return memo[id(e)][1]
+        return y if r is None else r
+    return fold(e, children, image)
 
 
 def substitute(e: Expr, mapping: dict[Expr, Expr]) -> Expr:
