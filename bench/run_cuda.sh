@@ -32,15 +32,7 @@ for r in rows:
 echo "== registers and spills (ptxas -v, sm_90)"
 "$PYTHON" -m texpr_ad.testing.ptx | tail -n 8
 
-# Hook for the bench workloads (bench/ is written separately): any runner that accepts
-# --target is run with --target cuda.
-for runner in bench/run.py bench/bench.py; do
-  if [ -f "$runner" ]; then
-    echo "== $runner --target cuda"
-    "$PYTHON" "$runner" --target cuda "$@"
-  fi
-done
-if [ -f bench/__main__.py ]; then
-  echo "== python -m bench --target cuda"
-  "$PYTHON" -m bench --target cuda "$@"
-fi
+# The bench workloads on the GPU against torch CUDA (eager and torch.compile), inputs on the
+# device on both sides (`python -m bench --target cuda` copies NumPy arrays in and out per call)
+echo "== python -m bench.cuda"
+"$PYTHON" -m bench.cuda "$@"
