@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the CUDA target on a real GPU: the CUDA tests without the simulator, the PTX/ptxas
-# report, then the bench workloads with --target cuda (when bench/ has a runner).
+# report, then the bench workloads against torch CUDA (python -m bench.cuda; args pass through).
 #   bench/run_cuda.sh            # from the repository root, on a machine with a GPU
 # Environment: PYTHON (default .venv/bin/python), PYTEST (default .venv/bin/pytest).
 set -euo pipefail
