@@ -169,6 +169,12 @@ def from_tvm(tensors: Any, placeholders: Sequence[Any] | None = None) -> FromTVM
                    {v: tr.tvm_vars[h] for h, v in tr.vars.items()})
 
 
+def prim_expr(e: Any, env: dict[Any, Expr]) -> Expr:
+    """texpr_ad expression for one TVM PrimExpr (an IndexMap's index, a predicate) whose
+    `tirx.Var`s are bound by `env`, with `from_tvm`'s semantics (no tensor DAG)."""
+    return _Translator().expr(e, {_handle(v): x for v, x in env.items()}, "index_map")
+
+
 class _Translator:
     def __init__(self) -> None:
         self.tensors: dict[tuple[int, int], Tensor] = {}

@@ -39,6 +39,7 @@ from ..ops.shape import cast, copy, gather_elements, pixel_shuffle, ravel_index,
     unravel_index
 from ..te.expr import Expr, IterVar, Var
 from ..te.tensor import ScatterOp, ScatterUpdate, Tensor
+from .from_tvm import prim_expr
 from .grad import BridgeError, placeholders
 
 REASON = "texpr_ad's own te (TVM's legalization is not te)"
@@ -158,13 +159,6 @@ def _update_numbers(shape: Any) -> Any:
                           relax.prim_value(n + 1), relax.prim_value(tvm.tirx.const(1, "int64")),
                           "int64")
     return relax.op.reshape(seq, shape)
-
-
-def prim_expr(e: Any, env: dict[Any, Expr]) -> Expr:
-    """texpr_ad expression for a TVM PrimExpr (an IndexMap's index, a predicate) whose
-    `tirx.Var`s are bound by `env`, with `from_tvm`'s semantics."""
-    from .from_tvm import _Translator  # one expression, not a tensor DAG
-    return _Translator().expr(e, {int(v.__chandle__()): x for v, x in env.items()}, "index_map")
 
 
 def _reduction(op: str, red: str, allowed: Sequence[str]) -> str:
