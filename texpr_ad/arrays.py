@@ -118,7 +118,7 @@ def eval_shape(shape: Sequence[Expr], env: Mapping[Var, Any]) -> tuple[Any, ...]
     operators, so that torch SymInts and JAX dim expressions give symbolic sizes."""
     def ev(e: Expr) -> Any:
         if isinstance(e, Const):
-            return int(e.value)  # type: ignore[arg-type]
+            return int(e.value)
         if isinstance(e, Var):
             return env[e]
         if isinstance(e, Call) and e.op in _SHAPE_OPS:

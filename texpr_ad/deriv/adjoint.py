@@ -246,7 +246,7 @@ def _factor_out(value: Expr, axes: set[IterVar]) -> tuple[Expr | None, Expr]:
 def _product(fs: list[Expr]) -> Expr:
     out = fs[0]
     for f in fs[1:]:
-        out = out * f  # type: ignore[operator]
+        out = out * f
     return out
 
 

@@ -40,7 +40,7 @@ def _tangent(e: Expr, tan: dict[Tensor, Tensor], where: str) -> Expr | None:
             if rule is None:
                 raise NotDifferentiableError(f"{where}: no derivative rule for `{op.name.lower()}`")
             out: Expr | None = None
-            for p, s in zip(rule(e), subs, strict=True):  # type: ignore[arg-type]
+            for p, s in zip(rule(e), subs, strict=True):
                 if p is not None and s is not None:
                     out = p * s if out is None else out + p * s
             return out

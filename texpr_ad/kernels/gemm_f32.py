@@ -160,7 +160,7 @@ def _micro_kernel(table: bool, a_table: bool = False) -> Any:
     sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp,
                      types.intp, types.intp, types.intp, types.boolean)
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):
         a_at, a_ps, a_is, b_at, ldb, rows_at, kc, c_at, ldc, acc_flag = args
         f32 = ir.FloatType()
         vty = ir.VectorType(f32, W)
@@ -170,7 +170,7 @@ def _micro_kernel(table: bool, a_table: bool = False) -> Any:
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty] * 3),
                                              f"llvm.fma.v{W}f32")
 
-        def vec(base, i, off):  # type: ignore[no-untyped-def]
+        def vec(base, i, off):
             return builder.bitcast(builder.gep(base, [builder.add(i, idx(off))]), vty.as_pointer())
 
         zero = ir.Constant(vty, [0.0] * W)
@@ -187,7 +187,7 @@ def _micro_kernel(table: bool, a_table: bool = False) -> Any:
                     builder.store(builder.load(vec(pc, crow[i], v * W), align=4), acc[i][v])
         lanes0 = ir.Constant(ir.VectorType(ir.IntType(32), W), [0] * W)
 
-        def k_loop(row):  # type: ignore[no-untyped-def]
+        def k_loop(row):
             with cgutils.for_range(builder, kc) as loop:
                 p = loop.index
                 brow = row(p)
@@ -211,7 +211,7 @@ def _micro_kernel(table: bool, a_table: bool = False) -> Any:
                 builder.store(builder.load(acc[i][v]), vec(pc, crow[i], v * W), align=4)
         return context.get_dummy_value()
 
-    def tile(typingctx, a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate):  # type: ignore[no-untyped-def]
+    def tile(typingctx, a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate):
         return sig, codegen
 
     return intrinsic(tile)
@@ -222,7 +222,7 @@ _tile_spaced, _tile_table, _tile_a_rows = (_micro_kernel(False), _micro_kernel(T
 
 
 @njit(inline="always")
-def _tile(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate):  # type: ignore[no-untyped-def]
+def _tile(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate):
     """The micro-kernel (`_micro_kernel`) for B's rows in `rows` if that is not 0, else ldb
     apart."""
     if rows:
@@ -232,7 +232,7 @@ def _tile(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate):  # type: ignore[
 
 
 @_cached()
-def _pack_a(aq, r0, rows, pc, kc, ap):  # type: ignore[no-untyped-def]
+def _pack_a(aq, r0, rows, pc, kc, ap):
     """ap[(ib*kc + p)*MR + i] = aq[r0 + ib*MR + i, pc + p] for the panels ib of `rows` rows,
     zero beyond them."""
     for ib in range((rows + MR - 1) // MR):
@@ -244,7 +244,7 @@ def _pack_a(aq, r0, rows, pc, kc, ap):  # type: ignore[no-untyped-def]
 
 
 @_cached()
-def _pack_b(flat, q0, rows, cs, pc, kc, j0, cols, bt):  # type: ignore[no-untyped-def]
+def _pack_b(flat, q0, rows, cs, pc, kc, j0, cols, bt):
     """bt[p, j] = B[pc + p, j0 + j] for j < cols, zero to NR (B[p, j] = flat[q0 + rows[p] +
     j * cs])."""
     for p in range(kc):
@@ -254,7 +254,7 @@ def _pack_b(flat, q0, rows, cs, pc, kc, j0, cols, bt):  # type: ignore[no-untype
 
 
 @_cached()
-def _item(aq, flat, q0, brows, ldb, cs, cq, r0, rows, j0, j1, ap, bt, tile):  # type: ignore[no-untyped-def]
+def _item(aq, flat, q0, brows, ldb, cs, cq, r0, rows, j0, j1, ap, bt, tile):
     """cq[r0:r0+rows, j0:j1] = aq[r0:r0+rows] @ B[:, j0:j1], B[p, j] = flat[q0 + brows[p] + j*cs];
     `ldb` >= 0 says that brows[p] = p * ldb (the micro-kernel then needs no table).
 
@@ -300,7 +300,7 @@ def _item(aq, flat, q0, brows, ldb, cs, cq, r0, rows, j0, j1, ap, bt, tile):  # 
 
 
 @_cached()
-def _merge_tile(c, i0, j0, mr, cols, tile, first):  # type: ignore[no-untyped-def]
+def _merge_tile(c, i0, j0, mr, cols, tile, first):
     """c[i0:i0+mr, j0:j0+cols] (+)= the tile buffer's corner: a tile cut by a tail."""
     for i in range(mr):
         for j in range(cols):
@@ -311,7 +311,7 @@ def _merge_tile(c, i0, j0, mr, cols, tile, first):  # type: ignore[no-untyped-de
 
 
 @_cached()
-def _items(nb, m, n, threads):  # type: ignore[no-untyped-def]
+def _items(nb, m, n, threads):
     """(rows per group, row groups, columns per group, column groups) of an m x n product
     over nb batch entries: rows first (each item reads its rows of A once), as many groups as
     threads need, each at most MC rows; then columns where the batch and rows give too few
@@ -326,7 +326,7 @@ def _items(nb, m, n, threads):  # type: ignore[no-untyped-def]
 
 
 @_cached(parallel=True)
-def _gemm(a, flat, qs, brows, ldb, cs, n, c, threads):  # type: ignore[no-untyped-def]
+def _gemm(a, flat, qs, brows, ldb, cs, n, c, threads):
     """c[q, :, :n] = a[q] @ B[q], B[q][p, j] = flat[q*qs + brows[p] + j*cs] (= p*ldb if
     ldb >= 0); c's rows contiguous.  Items: (q, row group, column group)."""
     nb, m, k = a.shape
@@ -349,7 +349,7 @@ def _gemm(a, flat, qs, brows, ldb, cs, n, c, threads):  # type: ignore[no-untype
 
 
 @_cached()
-def _item_a_rows(flat, qs, arows, b, c, r0, rows, j0, j1, ap, bt, tile):  # type: ignore[no-untyped-def]
+def _item_a_rows(flat, qs, arows, b, c, r0, rows, j0, j1, ap, bt, tile):
     """c[r0:r0+rows, j0:j1] = sum_s A_s[r0:r0+rows] @ b[s][:, j0:j1], A_s[i, p] =
     flat[s*qs + arows[i] + p]: whole MR-row panels read in place through the row table, a tail
     panel packed; B blocks in place where its rows are contiguous and the block is whole."""
@@ -397,7 +397,7 @@ def _item_a_rows(flat, qs, arows, b, c, r0, rows, j0, j1, ap, bt, tile):  # type
 
 
 @_cached(parallel=True)
-def _gemm_a_rows(flat, qs, arows, b, c, threads):  # type: ignore[no-untyped-def]
+def _gemm_a_rows(flat, qs, arows, b, c, threads):
     """c = sum_s A_s @ b[s], A_s[i, p] = flat[s*qs + arows[i] + p]; c's rows contiguous.
     Items: (row group, column group), each summing over every s."""
     m, n = c.shape

@@ -44,12 +44,12 @@ _F = np.float32
 
 
 @intrinsic
-def _pow2(typingctx, n):  # type: ignore[no-untyped-def]
+def _pow2(typingctx, n):
     """2.0**n as float32 for an integral float32 n in [-126, 127]: exponent bits, no call."""
     if n != types.float32:
         return None
 
-    def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, sig, args):
         i32 = context.get_value_type(types.int32)
         e = builder.add(builder.fptosi(args[0], i32), i32(127))
         return builder.bitcast(builder.shl(e, i32(23)), context.get_value_type(types.float32))
@@ -117,13 +117,13 @@ def tanh_f32(x: float) -> float:
 
 
 @intrinsic
-def _frexp(typingctx, x):  # type: ignore[no-untyped-def]
+def _frexp(typingctx, x):
     """(m, e) with x = m 2^e, m in [0.5, 1), for a positive normal float32 x: the exponent
     and mantissa bits, no call (e is a float32 integer)."""
     if x != types.float32:
         return None
 
-    def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, sig, args):
         i32, f32 = context.get_value_type(types.int32), context.get_value_type(types.float32)
         bits = builder.bitcast(args[0], i32)
         m = builder.or_(builder.and_(bits, i32(0x807FFFFF)), i32(0x3F000000))
@@ -224,23 +224,23 @@ def fmin(a: float, b: float) -> float:
 # vectorizes as reductions with no license at all.  About 5x faster than a scalar chain
 # on rows in cache.
 
-def _binary(emit):  # type: ignore[no-untyped-def]
+def _binary(emit):
     """An intrinsic `f(acc, b)` on floats, in the accumulator's type (b is cast to it),
     lowered by `emit(builder, acc, b)`."""
     @intrinsic
-    def op(typingctx, a, b):  # type: ignore[no-untyped-def]
+    def op(typingctx, a, b):
         if not (isinstance(a, types.Float) and isinstance(b, (types.Float, types.Integer))):
             return None
 
-        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, sig, args):
             return emit(builder, args[0], context.cast(builder, args[1], sig.args[1], sig.args[0]))
 
         return a(a, b), codegen
     return op
 
 
-def _llvm_binary(name: str):  # type: ignore[no-untyped-def]
-    def emit(builder, a, b):  # type: ignore[no-untyped-def]
+def _llvm_binary(name: str):
+    def emit(builder, a, b):
         from llvmlite import ir
         fn = builder.module.declare_intrinsic(name, [a.type], ir.FunctionType(a.type, [a.type] * 2))
         return builder.call(fn, [a, b])

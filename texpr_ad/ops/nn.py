@@ -30,7 +30,7 @@ def static_dims(t: Tensor, what: str) -> tuple[int, ...]:
     d = dims(t)
     if not all(isinstance(s, int) for s in d):
         raise TensorError(f"{what}: tensor {t.name!r} needs a static shape here, got {t.shape}")
-    return d  # type: ignore[return-value]
+    return d
 
 
 def expand(v: int | Sequence[int], n: int, what: str) -> tuple[int, ...]:

@@ -29,7 +29,7 @@ def _pair(v: int | Sequence[int], what: str) -> tuple[int, int]:
     out = (v, v) if isinstance(v, int) else tuple(v)
     if len(out) != 2:
         raise TensorError(f"{what} must be an int or 2 ints, got {v!r}")
-    return out  # type: ignore[return-value]
+    return out
 
 
 # -- resize ----------------------------------------------------------------------------------

@@ -99,7 +99,7 @@ def prepare_for_build(mod: Any) -> Any:
     with_grad = tvm.ir.Op.get("relax.call_tir_with_grad")
 
     @mutator
-    class _Lower(PyExprMutator):  # type: ignore[misc]
+    class _Lower(PyExprMutator):
         def visit_call_(self, call: Any) -> Any:
             call = super().visit_call_(call)
             if isinstance(call, relax.Call) and call.op.same_as(with_grad):

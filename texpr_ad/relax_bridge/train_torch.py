@@ -291,7 +291,7 @@ def first_disagreeing_node(ep: Any, args: Sequence[Any]) -> tuple[Any, float]:
     got = vm["main"](*[tvm.runtime.tensor(np.array(_np(a), order="C")) for a in args])
     seen: dict[Any, Any] = {}
 
-    class Rec(torch.fx.Interpreter):  # type: ignore[misc]
+    class Rec(torch.fx.Interpreter):
         def run_node(self, n: Any) -> Any:
             seen[n] = r = super().run_node(n)
             return r

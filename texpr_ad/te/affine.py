@@ -34,9 +34,10 @@ def _combine(e: Expr, forms: list[Affine | None]) -> Affine | None:
         return {}, int(e.value)
     if not forms:
         return {e: 1}, 0
-    if any(f is None for f in forms):
+    known = [f for f in forms if f is not None]
+    if len(known) < len(forms) or not isinstance(e, Call):  # (forms come from a Call's operands)
         return None
-    match e.op, forms:
+    match e.op, known:
         case (Op.ADD | Op.SUB), [fa, fb]:
             s = 1 if e.op is Op.ADD else -1
             terms = dict(fa[0])

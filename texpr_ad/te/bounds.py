@@ -112,12 +112,12 @@ def _atom_bound_rule(a: Expr, upper: bool, w: _Work) -> Lin | None:
             return bound(lo + n - 1 if upper else lo, upper, w)
         case Call(op=Op.CAST, args=(x,)) if dt.is_int(x.dtype):
             return bound(x, upper, w)
-        case Call(op=Op.FLOORDIV, args=(x, Const(value=c))) if c > 0:
+        case Call(op=Op.FLOORDIV, args=(x, Const(value=int() as c))) if c > 0:
             b = bound(x, upper, w)
             if b is None or any(k % c for k in b[0].values()):
                 return _interval_bound(a, upper)
             return {v: k // c for v, k in b[0].items()}, b[1] // c
-        case Call(op=Op.FLOORMOD, args=(x, Const(value=c))) if c > 0:
+        case Call(op=Op.FLOORMOD, args=(x, Const(value=int() as c))) if c > 0:
             iv = _interval_bound(a, upper)
             return iv if iv is not None else ({}, c - 1 if upper else 0)
         case Call(op=Op.MIN | Op.MAX, args=(x, y)):
@@ -167,8 +167,8 @@ def facts(cond: Expr, holds: bool = True) -> list[Expr]:
             return facts(x, False) + facts(y, False)
         case Call(op=Op.LT | Op.LE | Op.GT | Op.GE | Op.EQ | Op.NE as op, args=(x, y)) \
                 if dt.is_int(x.dtype) and dt.is_int(y.dtype):
-            op = op if holds else _NEGATE[op]
-            return [Call(Op.NE, (x, y), "bool")] if op is Op.NE else _compare(op, x, y)
+            rel = op if holds else _NEGATE[op]
+            return [Call(Op.NE, (x, y), "bool")] if rel is Op.NE else _compare(rel, x, y)
     return []
 
 
@@ -389,7 +389,8 @@ class _Prover:
             case Call(op=Op.SELECT, args=(cond, x, y)):
                 vx = self.goal(rest + k * x, [*known, *facts(cond)])
                 return _and(vx, self.goal(rest + k * y, [*known, *facts(cond, False)]))
-            case Call(op=Op.FLOORDIV, args=(y, Const(value=c))) if c > 0 and dt.is_int(a.dtype):
+            case Call(op=Op.FLOORDIV, args=(y, Const(value=int() as c))) \
+                    if c > 0 and dt.is_int(a.dtype):
                 # y // c at its extreme floor(min y / c) or floor(max y / c), where y's bound is
                 # free of loop axes; else c * (rest + k * (y // c)) = c * rest + k * (y - y % c),
                 # exact and affine in y (reshapes: `x - 6 * (x // 6)` cancels to `x % 6`)
@@ -401,11 +402,11 @@ class _Prover:
                     return v
                 return _or(v, self.prove(c * rest + k * (y - Call(Op.FLOORMOD, (y, Const(c, y.dtype)),
                                                                    a.dtype)), known))
-            case Call(op=Op.FLOORMOD, args=(y, Const(value=c))) if c > 0:
-                lo, hi = interval(a) if not any(isinstance(x, (Read, Var)) for x in walk(a)) \
+            case Call(op=Op.FLOORMOD, args=(y, Const(value=int() as c))) if c > 0:
+                ilo, ihi = interval(a) if not any(isinstance(x, (Read, Var)) for x in walk(a)) \
                     else (None, None)
-                return sub(Const((0 if lo is None else lo) if low else (c - 1 if hi is None else hi),
-                                 a.dtype))
+                return sub(Const((0 if ilo is None else ilo) if low else
+                                 (c - 1 if ihi is None else ihi), a.dtype))
             case Read():
                 return Verdict.RUNTIME
         b = _interval_bound(a, not low)

@@ -205,12 +205,14 @@ def add_batch_axis(outputs: Iterable[Tensor], batched: Mapping[Tensor, Tensor]) 
     Every stage that (transitively) reads one gets a leading axis over B and reads batched
     tensors at it; the others are shared with the original DAG.  Returns each output's image
     (batched, or the output itself when it reads no batched tensor)."""
-    from .expr import IterVar, Read, Reduce, const
+    from .expr import Expr, IterVar, Read, Reduce, const
     from .tensor import ComputeOp, ScatterOp, ScatterUpdate
     from .visit import rebind_bounds, substitute, transform
 
+    if not batched:
+        return list(outputs)
     new: dict[Tensor, Tensor] = dict(batched)
-    size = next(iter(batched.values())).shape[0] if batched else None
+    size = next(iter(batched.values())).shape[0]
     images: dict[tuple[int, int], Tensor] = {}
     clones: dict[int, Any] = {}
 

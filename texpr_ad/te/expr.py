@@ -382,7 +382,7 @@ def as_expr(x: object, like: str | None = None) -> Expr:
     if isinstance(x, float):
         return Const(x, like if like is not None and dt.is_float(like) else "float32")
     if hasattr(x, "asexpr"):  # a 0-dim te Tensor: its value (te/tensor.py)
-        return x.asexpr()  # type: ignore[attr-defined]
+        return x.asexpr()
     if hasattr(x, "dtype") and getattr(x, "shape", None) == ():  # NumPy scalar
         return Const(x.item(), dt.check(x.dtype))  # type: ignore[attr-defined]
     raise dt.ExprTypeError(f"cannot use {x!r} of type {type(x).__name__} in a te expression")

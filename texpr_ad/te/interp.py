@@ -203,8 +203,8 @@ def _read(r: Read, idx: list[Any], cx: _Ctx, mask: np.ndarray | None) -> np.ndar
     return arr[tuple(clipped)]
 
 
-_NP_REDUCE = {ReduceKind.SUM: np.sum, ReduceKind.PROD: np.prod, ReduceKind.MAX: np.max,
-              ReduceKind.MIN: np.min}
+_NP_REDUCE: dict[ReduceKind, Callable[..., Any]] = {
+    ReduceKind.SUM: np.sum, ReduceKind.PROD: np.prod, ReduceKind.MAX: np.max, ReduceKind.MIN: np.min}
 
 
 def _identity(red: Reduce, k: int) -> Any:
@@ -262,7 +262,7 @@ def _custom_reduce(red: Reduce, srcs: list[np.ndarray], live: np.ndarray, pos: l
     """Sequential fold over the reduction points, in row-major order of the axes."""
     moved = [np.moveaxis(s, pos, list(range(-len(pos), 0))) for s in srcs]
     lv = np.moveaxis(live, pos, list(range(-len(pos), 0)))
-    lead = moved[0].shape[: moved[0].ndim - len(pos)]
+    lead: tuple[int, ...] = moved[0].shape[: moved[0].ndim - len(pos)]
     flat = [m.reshape(lead + (-1,)) for m in moved]
     lvf = lv.reshape(lead + (-1,))
     acc = [np.broadcast_to(_identity(red, k), lead).astype(s.dtype).copy() for k, s in enumerate(srcs)]
@@ -391,7 +391,7 @@ def evaluate(outputs: Sequence[Tensor], feed: Mapping[Tensor, Any],
         if str(a.dtype) != t.dtype:
             raise EvaluateError(f"input {t.name!r} is {t.dtype} but got an array of dtype {a.dtype}")
     env: dict[Expr, Any] = dict(bind_shapes(ins, arrays))
-    env.update(var_values or {})
+    env.update((var_values or {}).items())
     values: dict[int, np.ndarray] = {t.uid: a for t, a in zip(ins, arrays, strict=True)}
     done: dict[int, list[np.ndarray]] = {}
     for t in topo_order(outputs):

@@ -36,10 +36,10 @@ def interval(e: Expr) -> Interval:
             return (None if ah is None else -ah, None if al is None else -al)
         case Call(op=Op.MUL, args=(a, b)):
             return _mul(interval(a), interval(b))
-        case Call(op=Op.FLOORDIV, args=(a, Const(value=c))) if c > 0:
+        case Call(op=Op.FLOORDIV, args=(a, Const(value=int() as c))) if c > 0:
             al, ah = interval(a)
             return (None if al is None else al // c, None if ah is None else ah // c)
-        case Call(op=Op.FLOORMOD, args=(a, Const(value=c))) if c > 0:
+        case Call(op=Op.FLOORMOD, args=(a, Const(value=int() as c))) if c > 0:
             al, ah = interval(a)
             if al is not None and ah is not None and al // c == ah // c:
                 return (al % c, ah % c)

@@ -75,11 +75,9 @@ def _neutral(e: Expr) -> Expr | None:
             return Call(Op.NEG, (Call(Op.MUL, (a, b), e.dtype),), e.dtype)  # (-a)*b -> -(a*b)
         case Call(op=Op.SELECT, args=(_, a, b)) if a.same_as(b):
             return a  # select(c, x, x) -> x
-        case Call(op=Op.AND, args=(a, b)) if isinstance(a, Const) or isinstance(b, Const):
-            c, o = (a, b) if isinstance(a, Const) else (b, a)
+        case Call(op=Op.AND, args=(Const() as c, o) | (o, Const() as c)):
             return o if c.value else c  # True & x -> x ; False & x -> False
-        case Call(op=Op.OR, args=(a, b)) if isinstance(a, Const) or isinstance(b, Const):
-            c, o = (a, b) if isinstance(a, Const) else (b, a)
+        case Call(op=Op.OR, args=(Const() as c, o) | (o, Const() as c)):
             return c if c.value else o
         case Call(op=Op.CAST, args=(a,)) if a.dtype == e.dtype:
             return a
@@ -109,7 +107,8 @@ def _div_mod_const(e: Expr) -> Expr | None:
             if e.op is Op.FLOORDIV:
                 return Call(Op.FLOORDIV, (x, ab), e.dtype)
             return Call(Op.FLOORDIV, (Call(Op.FLOORMOD, (x, ab), e.dtype), Const(a, e.dtype)), e.dtype)
-        case Call(op=Op.FLOORDIV | Op.FLOORMOD, args=(a, Const(value=c))) if dt.is_int(e.dtype) and c > 0:
+        case Call(op=Op.FLOORDIV | Op.FLOORMOD, args=(a, Const(value=int() as c))) \
+                if dt.is_int(e.dtype) and c > 0:
             f = to_affine(a)
             if f is None:
                 return None
@@ -131,7 +130,8 @@ def _div_mod_const(e: Expr) -> Expr | None:
 
 def _extreme(terms: dict[Expr, int], c: int, lowest: bool) -> tuple[dict[Expr, int], int] | None:
     """The min (or max) of an affine form over the ranges of its loop variables, as an affine form."""
-    out, k = {}, c
+    out: dict[Expr, int] = {}
+    k = c
     for atom, coeff in terms.items():
         if not isinstance(atom, IterVar):
             out[atom] = out.get(atom, 0) + coeff
@@ -178,7 +178,7 @@ def _mod_of_sum(e: Expr) -> Expr | None:
     for t, v in terms.items():
         if not (isinstance(t, Call) and t.op is Op.FLOORDIV and isinstance(t.args[1], Const)):
             continue
-        c = int(t.args[1].value)  # type: ignore[attr-defined]
+        c = int(t.args[1].value)
         if c <= 0 or v % c:
             continue
         m = -v // c
@@ -206,10 +206,10 @@ def _interval_decided(e: Expr) -> Expr | None:
     match e:
         case Call(op=Op.GE | Op.GT | Op.LE | Op.LT, args=(a, b)) if dt.is_int(a.dtype) and dt.is_int(b.dtype):
             (al, ah), (bl, bh) = interval(a), interval(b)
-            if None in (al, ah, bl, bh):
+            if al is None or ah is None or bl is None or bh is None:
                 return None
             lt = {Op.LT: (ah < bl, al >= bh), Op.LE: (ah <= bl, al > bh),
-                  Op.GT: (al > bh, ah <= bl), Op.GE: (al >= bh, ah < bl)}[e.op]  # type: ignore[operator]
+                  Op.GT: (al > bh, ah <= bl), Op.GE: (al >= bh, ah < bl)}[e.op]
             if lt[0] or lt[1]:
                 return Const(bool(lt[0]), "bool")
     return None

@@ -252,6 +252,7 @@ def reduce_axis(dom: tuple[Any, Any], name: str = "rv") -> IterVar:
     if isinstance(lo, Const) and isinstance(hi, Const) and hi.value < lo.value:
         raise TensorError(f"te.reduce_axis {name!r}: range ({lo.value}, {hi.value}) ends before it "
                           f"starts; write (lo, hi) with lo <= hi")
+    ext: Expr
     if isinstance(lo, Const) and isinstance(hi, Const):
         ext = const(int(hi.value) - int(lo.value))
     else:  # symbolic or read from data (`L[i]`, `L[0]`)

@@ -1,7 +1,7 @@
 """Generic traversal of expressions: children, rebuild, bottom-up rewrite, substitution."""
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from .expr import Call, Expr, IterVar, Read, Reduce, Var
 
@@ -70,7 +70,12 @@ def transform(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
     return fold(e, children, image)
 
 
-def substitute(e: Expr, mapping: dict[Expr, Expr]) -> Expr:
+# Var / IterVar leaf -> its replacement (keys Any: a dict's key type is invariant, and callers
+# hold dict[IterVar, IterVar], dict[Var, Expr], ...)
+Subst = Mapping[Any, Expr]
+
+
+def substitute(e: Expr, mapping: Subst) -> Expr:
     """Replace variables (Var / IterVar leaves) by expressions, inside reduce-axis bounds too."""
     if not mapping:
         return e
@@ -85,19 +90,19 @@ def substitute(e: Expr, mapping: dict[Expr, Expr]) -> Expr:
     return transform(e, fn)
 
 
-def _rebind_axes(red: Reduce, mapping: dict[Expr, Expr]) -> Reduce | None:
+def _rebind_axes(red: Reduce, mapping: Subst) -> Reduce | None:
     """New reduce axes when `mapping` changes their bounds (the body already has `mapping` applied)."""
     return rebind_bounds(red, lambda b, amap: substitute(b, {**mapping, **amap}))
 
 
-def rebind_bounds(red: Reduce, fn: Callable[[Expr, dict[Expr, Expr]], Expr]) -> Reduce | None:
+def rebind_bounds(red: Reduce, fn: Callable[[Expr, Subst], Expr]) -> Reduce | None:
     """`red` over new axes whose bounds are `fn(bound, rebuilt)` (None when no bound changes);
     `rebuilt` maps the earlier axes of the same reduction to their new selves, for an axis
     whose bounds use an earlier one."""
-    amap: dict[Expr, Expr] = {}
+    amap: dict[IterVar, IterVar] = {}
     for a in red.axis:
         amap[a] = IterVar(a.name, fn(a.lo, amap), fn(a.extent, amap), a.kind)
-    axes = tuple(amap[a] for a in red.axis)  # type: ignore[misc]
+    axes = tuple(amap[a] for a in red.axis)
     if all(n.lo is a.lo and n.extent is a.extent for n, a in zip(axes, red.axis, strict=True)):
         return None
     return Reduce(red.combiner, tuple(substitute(s, amap) for s in red.source), axes,
@@ -124,7 +129,7 @@ def walk(e: Expr) -> Iterator[Expr]:
 def free_vars(e: Expr) -> list[Var | IterVar]:
     """Variables used in `e`, in first-use order, excluding the axes `e`'s reductions bind."""
     bound: set[IterVar] = set()
-    out: dict[Expr, None] = {}
+    out: dict[Var | IterVar, None] = {}
     for x in walk(e):
         if isinstance(x, Reduce):
             bound.update(x.axis)

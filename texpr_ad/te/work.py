@@ -40,7 +40,7 @@ def work(tensors: Sequence[Tensor], var_values: Mapping[Var, int] | None = None)
 
     Symbolic dims must be given in `var_values`.
     """
-    env: dict[Expr, int] = dict(var_values or {})
+    env: dict[Expr, int] = {v: n for v, n in (var_values or {}).items()}
     total, seen = 0, set()
     for t in topo_order(list(tensors)):
         op = t.op
