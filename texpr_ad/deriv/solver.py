@@ -79,6 +79,7 @@ def _relation(a: Aff, op: Op) -> Expr:
     """`a >= 0` / `a == 0` (parameters only) written readably: `j0 <= 3`, `2 * j0 == j1 + 3`."""
     pos = Aff({k: c for k, c in a.vars.items() if c > 0}, {p: c for p, c in a.params.items() if c > 0})
     neg = -(a - pos - a.const)
+    rhs: Expr
     if not pos.vars and not pos.params:
         lhs, rhs = neg.to_expr({}), const(a.const)
         op = {Op.GE: Op.LE, Op.EQ: Op.EQ}[op]

@@ -180,7 +180,7 @@ def _guard_numba_cache(fn: Any) -> None:
     """Make a damaged Numba cache file of dispatcher `fn` (index `.nbi` or data `.nbc`) a
     warning, a removed file and a recompilation, instead of an UnpicklingError/EOFError on
     every later run.  Numba's loader only forgives missing files and version mismatches."""
-    cache = getattr(fn, "_cache", None)
+    cache: Any = getattr(fn, "_cache", None)  # Numba internals, untyped
     files = getattr(cache, "_cache_file", None)
     if files is None or getattr(cache, "_texpr_guarded", False):
         return

@@ -37,9 +37,9 @@ def const_dim(d: Expr, x: Tensor, what: str) -> int:
 
 def numel(dims: Sequence[Expr], dtype: str) -> Expr:
     """The product of `dims` as a `dtype` scalar (folded to a constant when the dims are)."""
-    if all(isinstance(d, Const) for d in dims):
-        count = math.prod(int(d.value) for d in dims)  # type: ignore[union-attr]
-        return te.const(float(count), dtype)
+    sizes = [int(d.value) for d in dims if isinstance(d, Const)]
+    if len(sizes) == len(dims):
+        return te.const(float(math.prod(sizes)), dtype)
     out: Expr = te.const(1)
     for d in dims:
         out = out * d

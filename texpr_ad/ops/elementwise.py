@@ -314,8 +314,8 @@ def _is_zero(e: Expr) -> bool:
 
 def _cumsum(dims: Sequence[Expr]) -> list[Expr]:
     """[0, d0, d0 + d1, ...], folded to constants when the dims are constant."""
-    if all(isinstance(d, Const) for d in dims):
-        sizes = [int(d.value) for d in dims]  # type: ignore[union-attr]
+    sizes = [int(d.value) for d in dims if isinstance(d, Const)]
+    if len(sizes) == len(dims):
         return [te.const(v) for v in itertools.accumulate(sizes, initial=0)]
     out: list[Expr] = [te.const(0)]
     for d in dims:
@@ -504,9 +504,9 @@ _BINARY_TABLE: list[tuple[str, _BinaryOp, Callable[..., Any], str, str]] = [
      "operands >= 0.1 apart; at ties the deriv rule for min decides (PyTorch splits evenly)"),
 ]
 
-for _n, _op, _ref, _kind, _notes in _BINARY_TABLE:
+for _n, _bop, _ref, _kind, _notes in _BINARY_TABLE:
     register(_n, "L1", (lambda f: lambda a, b: [f(a, b)])(_ref), notes=_notes)(
-        _binary_sample(_n, _op, _kind))
+        _binary_sample(_n, _bop, _kind))
 
 
 @register("where", "L1", lambda c, x, y: [np.where(c, x, y)],

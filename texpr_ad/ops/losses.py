@@ -81,10 +81,10 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor,
     if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
         raise TensorError("scaled_dot_product_attention: q, k, v must be (B, L, d), (B, S, d), "
                           f"(B, S, dv); got {q.ndim}, {k.ndim}, {v.ndim} dims")
-    for t, d, ref in ((k, 0, q), (k, 2, q), (v, 0, q), (v, 1, k)):
-        if not t.shape[d].same_as(ref.shape[d]):
-            raise TensorError(f"scaled_dot_product_attention: dim {d} of {t.name!r} is "
-                              f"{t.shape[d]} but {ref.name!r} has {ref.shape[d]} there")
+    for t, dim, ref in ((k, 0, q), (k, 2, q), (v, 0, q), (v, 1, k)):
+        if not t.shape[dim].same_as(ref.shape[dim]):
+            raise TensorError(f"scaled_dot_product_attention: dim {dim} of {t.name!r} is "
+                              f"{t.shape[dim]} but {ref.name!r} has {ref.shape[dim]} there")
     b, ln, d = q.shape
     s, dv = k.shape[1], v.shape[2]
     if scale is None:

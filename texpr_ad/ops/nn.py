@@ -216,7 +216,7 @@ def einsum(subscripts: str, *operands: Tensor) -> Tensor:
 
     def body(*idx: Any) -> Any:
         env = dict(zip(out, idx, strict=True)) | red
-        prod = None
+        prod: te.Expr | None = None
         for term, t in zip(terms, operands, strict=True):
             r = t[tuple(env[c] for c in term)]
             prod = r if prod is None else prod * r

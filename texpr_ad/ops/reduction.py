@@ -304,14 +304,18 @@ def strided_slice(data: Tensor, begin: Sequence[int | None], end: Sequence[int |
     starts, steps, out_shape = [], [], []
     for d, s in enumerate(shape):
         if d >= n:
-            starts.append(0), steps.append(1), out_shape.append(s)
+            starts.append(0)
+            steps.append(1)
+            out_shape.append(s)
             continue
         if not isinstance(s, int):
             raise TensorError(f"strided_slice: dim {d} of {data.name!r} must be static")
         if strides[d] == 0:
             raise TensorError(f"strided_slice of {data.name!r}: stride of dim {d} is 0")
         start, stop, step = slice(begin[d], end[d], strides[d]).indices(s)
-        starts.append(start), steps.append(step), out_shape.append(len(range(start, stop, step)))
+        starts.append(start)
+        steps.append(step)
+        out_shape.append(len(range(start, stop, step)))
     return te.compute(tuple(out_shape), lambda *i: data[tuple(
         x if (b, st) == (0, 1) else b + x * st if st != 1 else b + x
         for x, b, st in zip(i, starts, steps, strict=True))], name="T_strided_slice")

@@ -59,9 +59,8 @@ def _mul_dim(d: Expr, k: int) -> Expr:
 
 
 def _numel(shape: Sequence[Expr]) -> int | None:
-    if all(isinstance(d, Const) for d in shape):
-        return math.prod(int(d.value) for d in shape)  # type: ignore[union-attr]
-    return None
+    sizes = [int(d.value) for d in shape if isinstance(d, Const)]
+    return math.prod(sizes) if len(sizes) == len(shape) else None
 
 
 # --------------------------------------------------------------------------------------------

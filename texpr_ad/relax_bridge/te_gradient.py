@@ -45,10 +45,10 @@ def te_gradient(output: Any, inputs: Sequence[Any], head: Any = None) -> list[An
                                    f"the output {output.op.name!r}") from None
     adjs = grad(out, ins, head=None if head is None else res[1])
     prefix = tuple(out.shape) if head is None else tuple(res[1].shape)[:len(res[1].shape) - len(out.shape)]
-    adjs = [a if a is not None else _zeros((*prefix, *x.shape), out.dtype, x.name)
-            for a, x in zip(adjs, ins, strict=True)]
+    filled = [a if a is not None else _zeros((*prefix, *x.shape), out.dtype, x.name)
+              for a, x in zip(adjs, ins, strict=True)]
     bind = {t: res.sources[t] for t in res.inputs}
-    return translate(adjs, bind=bind, var_map=res.var_map)
+    return translate(filled, bind=bind, var_map=res.var_map)
 
 
 def _zeros(shape: tuple, dtype: str, name: str) -> Tensor:

@@ -368,7 +368,7 @@ def _compute(op: ComputeOp, dag: _Dag) -> list[Any]:
             ts = _plain(op, ks, dag, name)
         else:
             ts = _reduction(op, op.body[ks[0]], dag, name)  # type: ignore[arg-type]
-            ts = [ts[op.body[k].value_index] for k in ks]  # type: ignore[union-attr]
+            ts = [ts[op.body[k].value_index] for k in ks]  # type: ignore[attr-defined]
         for k, t in zip(ks, ts, strict=True):
             outs[k] = t
     return outs

@@ -98,7 +98,7 @@ class Report:
         """{column: {status: count}} over the rows, every legend status present."""
         out: dict[str, dict[str, int]] = {}
         for c in self.columns:
-            n = {s: 0 for s in LEGEND}
+            n: dict[str, int] = {s: 0 for s in LEGEND}
             for r in self.rows:
                 st = r.cells[c.key].status
                 n[st] = n.get(st, 0) + 1

@@ -23,8 +23,9 @@ def render_table(report: Report, color: bool | None = None) -> str:
     heads = ["operator", "cat"] + [c.title for c in report.columns]
     rows = [[r.name, r.category] + [cell_text(r.cells[c.key]) for c in report.columns]
             for r in report.rows]
-    styles = [[None, None] + [STATUS_STYLES.get(r.cells[c.key].status) for c in report.columns]
-              for r in report.rows]
+    styles: list[list[str | None]] = [
+        [None, None, *(STATUS_STYLES.get(r.cells[c.key].status) for c in report.columns)]
+        for r in report.rows]
     lines = [table_text(heads, rows, styles, color=color)]
     lines.append("")
     lines.append("legend: " + "   ".join(f"{v.symbol} {v.label}" for v in LEGEND.values()))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -142,7 +142,7 @@ def _window(k: IterVar, data: Sequence[IterVar]) -> tuple[int, int, int] | None:
     starts = [int(a.lo.value) for a in dep]  # type: ignore[attr-defined]
     grids = np.meshgrid(*[np.arange(lo, lo + n) for lo, n in zip(starts, exts, strict=True)],
                         indexing="ij")
-    env = {a: g.ravel() for a, g in zip(dep, grids, strict=True)}
+    env: dict[Expr, Any] = {a: g.ravel() for a, g in zip(dep, grids, strict=True)}
     npts = math.prod(exts)
     try:
         lo = np.broadcast_to(int_eval(k.lo, env, npts), (npts,))

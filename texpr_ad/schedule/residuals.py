@@ -86,11 +86,13 @@ def _quotient_of(e: Tensor, outputs: Sequence[Tensor]) -> tuple[Tensor, Tensor] 
             and isinstance(e.op.body[0], Call) and e.op.body[0].op is Op.EXP):
         return None
     for y in outputs:
-        body = y.op.body[0] if isinstance(y.op, ComputeOp) and len(y.op.body) == 1 else None
-        match body:
+        op = y.op
+        if not (isinstance(op, ComputeOp) and len(op.body) == 1):
+            continue
+        match op.body[0]:
             case Call(op=Op.DIV, args=(Read(tensor=t, indices=ie), Read(tensor=s, indices=js))) if (
-                    t is e and all(a.same_as(b) for a, b in zip(ie, y.op.axis, strict=True))
-                    and _sums_over_one_axis(s, e, js, y.op.axis)):
+                    t is e and all(a.same_as(b) for a, b in zip(ie, op.axis, strict=True))
+                    and _sums_over_one_axis(s, e, js, op.axis)):
                 return y, s
     return None
 
@@ -127,10 +129,12 @@ def rebuilt(d: Decision, mapping: dict[Tensor, Tensor]) -> Tensor:
     y, s = d.rebuild
     (fallback,) = replace_inputs([d.tensor], mapping)
     ys, ss = mapping[y], mapping[s]
-    js = y.op.body[0].args[1].indices  # type: ignore[union-attr]
+    op = y.op
+    assert isinstance(op, ComputeOp)  # (a rebuild decision is made on a quotient, above)
+    js = op.body[0].args[1].indices  # type: ignore[attr-defined]
 
     def body(*i: IterVar) -> Expr:
-        sv = ss[_put(js, dict(zip(y.op.axis, i, strict=True)))]
+        sv = ss[_put(js, dict(zip(op.axis, i, strict=True)))]
         return te.if_then_else(te.all(sv > 0.0, sv < float("inf")), ys[i] * sv, fallback[i])
     return te.compute(d.tensor.shape, body, name=f"{d.tensor.name}_rebuilt")
 

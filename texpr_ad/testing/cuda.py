@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from ..kernels import build
-from ..kernels.numba_cuda import CudaUnavailableError, require_cuda, simulating
+from ..kernels.cuda_runtime import CudaUnavailableError, require_cuda, simulating
 from ..schedule.cuda import strategy
 from .numeric import Result, Status, rel_error
 from .ops import Runner, cpu_runner, interp_runner, kernel_jobs
@@ -67,7 +67,8 @@ def check_cuda(entry, reference: Runner = cpu_runner, dtype: str = "float64") ->
     except Exception as e:  # noqa: BLE001 - not a CUDA problem
         return Result(Status.SKIP, None,
                       f"{where}: the reference fails: {type(e).__name__}: {e}"[:300])
-    worst, kernels, strategies = 0.0, 0, {}
+    worst, kernels = 0.0, 0
+    strategies: dict[str, int] = {}
     for what, outs, ins, arrays in jobs:
         try:
             want = reference(outs, ins, arrays)
