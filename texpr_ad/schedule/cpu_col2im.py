@@ -25,7 +25,7 @@ from ..te.ops import Op
 from ..te.simplify import simplify
 from ..te.tensor import ScatterUpdate, Tensor
 from ..te.visit import substitute
-from .nest import _const
+from .nest import const_int
 from .plan import ComputeStage, CpuStagePlan, ScatterStage
 
 _UNBOUNDED = 1 << 40
@@ -57,7 +57,7 @@ def col2im_scatter(st: ComputeStage, p: Tensor) -> ScatterStage | None:
     cands = [(ix, d) for d, ix in enumerate(index) if isinstance(ix, IterVar) and ix in points]
     if not cands:
         return None  # no race-free parallel axis
-    par, dim = max(cands, key=lambda c: _const(c[0].extent) or 0)
+    par, dim = max(cands, key=lambda c: const_int(c[0].extent) or 0)
     order = (par, *[q for q in points if q is not par])
     update = ScatterUpdate(index, p[points], cond)
     note = (f"col2im: the sum over {', '.join(k.name for k in body.axis)} runs as a scatter over "

@@ -53,7 +53,7 @@ from ..te.simplify import simplify
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tensor
 from ..te.visit import bounds_depend_on_axes, children, substitute, transform, walk
 from . import cpu, cuda
-from .nest import _const, _work, compute_stage
+from .nest import compute_stage, const_int, iteration_count
 from .plan import ComputeStage, Inline, Plan, ScatterStage, ScheduleError, Stage, StageKind
 
 OVERRIDE_KEYS = {StageKind.COMPUTE: {"inline", "parallel", "fuse", "order", "blas", "accumulate",
@@ -265,7 +265,7 @@ def _reduction_reads_fewer(op: ComputeOp, u: _Use) -> bool:
         return False
     if len({x.loop_key for b in u.reader.body for x in walk(b) if isinstance(x, Reduce)}) != 1:
         return False
-    return _work(u.reader.axis, u.reader.body) <= _work(op.axis, ()) < math.inf
+    return iteration_count(u.reader.axis, u.reader.body) <= iteration_count(op.axis, ()) < math.inf
 
 
 def _inline_reason(op: ComputeOp, us: list[_Use]) -> str:
@@ -363,7 +363,7 @@ def _scatter_stage(op: ScatterOp, name: str, is_output: bool, expand: _Expander,
              if isinstance(ix, IterVar) and ix in axes and all(u.index[d].same_as(ix) for u in updates)
              and not bounds_depend_on_axes(ix)]
     # the longest such axis (a batch dim of 1 leaves nothing to share); unknown extents count long
-    cand, dim = max(cands, key=lambda c: _const(c[0].extent) or 1 << 62, default=(None, -1))
+    cand, dim = max(cands, key=lambda c: const_int(c[0].extent) or 1 << 62, default=(None, -1))
     want = ov.get("parallel", cand is not None)
     if want and cand is None:
         idx = "; ".join("[" + ", ".join(expr_str(i) for i in u.index) + "]" for u in updates)

@@ -278,6 +278,19 @@ def _custom_reduce(red: Reduce, srcs: list[np.ndarray], live: np.ndarray, pos: l
     return out
 
 
+def domain_mask(axes: Sequence[IterVar], env: dict[Expr, Any]) -> np.ndarray:
+    """Which points of the box the `axes` span (one array dim each, in order) lie in every
+    axis's range: all of them unless an axis's bounds use other axes (see `_axis_env`)."""
+    cx = _Ctx({}, dict(env), len(axes))
+    _axis_env(axes, 0, len(axes), cx)
+    shape = np.broadcast_shapes(*[np.shape(cx.env[a]) for a in axes]) if axes else ()
+    mask = np.ones(shape, bool)
+    for a in axes:
+        if a in cx.axis_masks:
+            mask = mask & cx.axis_masks[a]
+    return mask
+
+
 def _axis_env(axes: Sequence[IterVar], start: int, rank: int, cx: _Ctx) -> None:
     """Bind each axis to an arange along its own dim (in order, so bounds may use earlier axes).
 

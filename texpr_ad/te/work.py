@@ -12,7 +12,7 @@ import numpy as np
 
 from .dag import topo_order
 from .expr import Const, Expr, IterVar, Var
-from .interp import _axis_env, _Ctx
+from .interp import domain_mask
 from .tensor import ComputeOp, ScatterOp, Tensor
 
 
@@ -22,13 +22,7 @@ def _count(axes: Sequence[IterVar], reduce_axes: Sequence[IterVar], env: dict[Ex
         n_data = int(np.prod([max(a.extent.value, 0) for a in axes]))  # type: ignore[attr-defined]
         n_red = int(np.prod([max(a.extent.value, 0) for a in reduce_axes]))  # type: ignore[attr-defined]
         return n_data * max(n_red, 1) if reduce_axes else n_data
-    cx = _Ctx({}, dict(env), len(all_axes))
-    _axis_env(all_axes, 0, len(all_axes), cx)
-    shape = np.broadcast_shapes(*[np.shape(cx.env[a]) for a in all_axes]) if all_axes else ()
-    mask = np.ones(shape, bool)
-    for a in all_axes:
-        if a in cx.axis_masks:
-            mask = mask & cx.axis_masks[a]
+    mask = domain_mask(all_axes, env)
     if not reduce_axes:
         return int(mask.sum())
     per_point = mask.reshape(mask.shape[: len(axes)] + (-1,)).sum(axis=-1)
