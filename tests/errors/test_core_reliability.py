@@ -311,7 +311,7 @@ def test_a_bound_reading_another_row_keeps_its_stage_out_of_the_prange():
 
     Y = te.compute((n,), row, name="Y")
     plan = plan_kernel([Y], [X, L], "cpu", None)
-    assert [(st.name, st.cpu.join) for st in plan.stages] == [("Lq", False), ("Y", False)]
+    assert [(st.name, plan.joined(st.name)) for st in plan.stages] == [("Lq", False), ("Y", False)]
     rng = np.random.default_rng(4)
     x, lens = rng.random((n, 8)), rng.integers(0, 9, n).astype(np.int32)
     (y,) = ta.build([Y], [X, L])(x, lens)

@@ -25,7 +25,7 @@ import pytest
 
 import texpr_ad as ta
 from texpr_ad import _env, te
-from texpr_ad.kernels.numba_cuda import CUDARenderer
+from texpr_ad.kernels.cuda_render import CUDARenderer
 from texpr_ad.ops import elementwise as ew
 from texpr_ad.schedule import plan_kernel
 from texpr_ad.schedule.plan import LONG_SUM, wide_sum
@@ -68,7 +68,7 @@ def _split_lanes():
     x = te.placeholder((n,), "float32", name="x")
     k = te.reduce_axis((0, n), name="k")
     y = te.compute((), lambda: te.sum(x[k] * 2.0, axis=k), name="y")
-    return ([y], [x], [(n,)], lambda st: st["y"].cpu.accumulate.vector,
+    return ([y], [x], [(n,)], lambda p: p.stage("y").cpu.accumulate.vector,
             lambda a: [(2 * a).sum()])
 
 
@@ -77,8 +77,8 @@ def _split_serial():  # where=: chunks fold serially
     x = te.placeholder((n,), "float32", name="x")
     k = te.reduce_axis((0, n), name="k")
     y = te.compute((), lambda: te.sum(x[k], axis=k, where=x[k] > 0), name="y")
-    return ([y], [x], [(n,)], lambda st: (st["y"].cpu.accumulate.split is not None
-                                          and not st["y"].cpu.accumulate.vector),
+    return ([y], [x], [(n,)], lambda p: (p.stage("y").cpu.accumulate.split is not None
+                                          and not p.stage("y").cpu.accumulate.vector),
             lambda a: [a.sum()])
 
 
@@ -88,7 +88,7 @@ def _symbolic():  # a count known at the call: one serial accumulator
     k = te.reduce_axis((0, n), name="k")
     y = te.compute((), lambda: te.sum(x[k], axis=k), name="y")
     return ([y], [x], [(300_000,)],
-            lambda st: st["y"].cpu.accumulate is None and st["y"].cpu.lanes == 1,
+            lambda p: p.stage("y").cpu.accumulate is None and p.stage("y").cpu.lanes == 1,
             lambda a: [a.sum()])
 
 
@@ -97,7 +97,7 @@ def _lanes():  # row sums, vectorized into SIMD lanes
     k = te.reduce_axis((0, 40_000), name="k")
     y = te.compute((64,), lambda i: te.sum(x[i, k], axis=k), name="y")
     return ([y], [x], [(64, 40_000)],
-            lambda st: st["y"].cpu.lanes > 1 and st["y"].cpu.accumulate is None,
+            lambda p: p.stage("y").cpu.lanes > 1 and p.stage("y").cpu.accumulate is None,
             lambda a: [a.sum(1)])
 
 
@@ -106,7 +106,7 @@ def _row_accumulation():  # reduction loops outside the contiguous axis: a row o
     k = te.reduce_axis((0, 8000), name="k")
     y = te.compute((64, 16), lambda b, j: te.sum(x[b, k, j], axis=k), name="y")
     return ([y], [x], [(64, 8000, 16)],
-            lambda st: st["y"].cpu.accumulate.row is not None and st["y"].cpu.accumulate.split is None,
+            lambda p: p.stage("y").cpu.accumulate.row is not None and p.stage("y").cpu.accumulate.split is None,
             lambda a: [a.sum(1)])
 
 
@@ -115,18 +115,18 @@ def _split_rows():  # column sums: a row of partial results per chunk
     k = te.reduce_axis((0, 80_000), name="k")
     y = te.compute((32,), lambda j: te.sum(x[k, j], axis=k), name="y")
     return ([y], [x], [(80_000, 32)],
-            lambda st: st["y"].cpu.accumulate.row is not None and st["y"].cpu.accumulate.split is not None,
+            lambda p: p.stage("y").cpu.accumulate.row is not None and p.stage("y").cpu.accumulate.split is not None,
             lambda a: [a.sum(0)])
 
 
-def _riders():  # a scalar stepped sum riding in column sums' loops (cpu_shared_loops)
+def _riders():  # a scalar stepped sum riding in column sums' loops (schedule/fuse.py)
     x = te.placeholder((16_000, 64), "float32", name="x")
     i, j = te.reduce_axis((0, 16_000), name="i"), te.reduce_axis((0, 64), name="j")
     i2 = te.reduce_axis((0, 16_000), name="i")
     total = te.compute((), lambda: te.sum(x[i, j] * 2.0, axis=[i, j]), name="total")
     col = te.compute((64,), lambda c: te.sum(x[i2, c] * 3.0, axis=i2), name="col")
     return ([total, col], [x], [(16_000, 64)],
-            lambda st: st["total"].cpu.join and st["col"].cpu.accumulate.row is not None,
+            lambda p: p.joined("total") and p.loop_of("total").kind == "chunks" and p.stage("col").cpu.accumulate.row is not None,
             lambda a: [(2 * a).sum(), (3 * a).sum(0)])
 
 
@@ -136,7 +136,7 @@ def _row_fold():  # a row sum folded into the loop of the elementwise stage it r
     e = te.compute((64, 20_000), lambda i, j: x[i, j] * 0.5, name="e")
     s = te.compute((64,), lambda i: te.sum(e[i, k], axis=k), name="s")
     y = te.compute((64, 20_000), lambda i, j: e[i, j] / s[i], name="y")
-    return ([y, s], [x], [(64, 20_000)], lambda st: st["s"].cpu.in_row_loop,
+    return ([y, s], [x], [(64, 20_000)], lambda p: p.loop_of("s").kind == "row",
             lambda a: [(0.5 * a) / (0.5 * a).sum(1, keepdims=True), (0.5 * a).sum(1)])
 
 
@@ -144,7 +144,7 @@ def _nested_lanes():  # a sum over (n, h, w): one stepped accumulator per axis
     x = te.placeholder((8, 4, 2048, 64), "float32", name="x")
     r = [te.reduce_axis((0, e), f"r{d}") for d, e in ((0, 8), (2, 2048), (3, 64))]
     y = te.compute((4,), lambda c: te.sum(x[r[0], c, r[1], r[2]], axis=r), name="y")
-    return ([y], [x], [(8, 4, 2048, 64)], lambda st: st["y"].cpu.lanes > 1,
+    return ([y], [x], [(8, 4, 2048, 64)], lambda p: p.stage("y").cpu.lanes > 1,
             lambda a: [a.sum((0, 2, 3))])
 
 
@@ -159,7 +159,7 @@ def test_long_float32_sums_are_accurate_in_every_strategy(name):
     float32 rounding of float64 (a few 1e-8), asserted at 1e-6."""
     outs, ins, shapes, planned, ref = STRATEGIES[name]()
     kern = ta.build(outs, ins)
-    assert planned({s.name: s for s in kern.plan.stages}), str(kern.plan)
+    assert planned(kern.plan), str(kern.plan)
     assert "wide:" in str(kern.plan), str(kern.plan)
     (xs,) = [np.full(shape, TENTH) for shape in shapes]
     got = kern(xs)

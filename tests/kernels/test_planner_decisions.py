@@ -212,8 +212,9 @@ def test_rowwise_chain_shares_one_prange():
     x = te.placeholder((256, 64), "float32", name="x")
     y = ew.softmax(x, -1)
     plan = plan_kernel([y], [x])
-    joined = [s.name for s in plan.stages if s.cpu.join]
-    assert joined and plan.stages[0].cpu.join is False
+    joined = [s.name for s in plan.stages if plan.joined(s.name)]
+    assert joined and not plan.joined(plan.stages[0].name)
+    assert [n.kind for n in plan.nest] == ["prange"], str(plan)  # one loop shared by all
     src = ta.build([y], [x]).source
     assert src.count("prange(") == 1
     xs = rng().standard_normal((256, 64)).astype("float32")
@@ -235,14 +236,15 @@ def test_small_serial_stages_join_the_prange_of_their_group():
     grads = ta.grad(y, [x, g, b], head=head)
     plan = plan_kernel(list(grads), [x, g, b, head])
     mean = plan.stage("batch_norm_mean")
-    assert mean.cpu.join and mean.parallel and any("joined although small" in n for n in mean.notes)
-    group = [s.name for s in plan.stages if s.cpu.join]
+    assert plan.joined(mean.name) and mean.parallel and any("joined although small" in n for n in mean.notes)
+    group = [s.name for s in plan.stages if plan.joined(s.name)]
     assert {"batch_norm_var_red1", "batch_norm_var", "db"} <= set(group)
-    assert plan.stages[0].parallel and not plan.stages[0].cpu.join  # the group's head opens it
+    assert plan.stages[0].parallel and not plan.joined(plan.stages[0].name)  # the group's head opens it
     m = te.placeholder((8,), "float32", name="m")
     alone = te.compute((8,), lambda c: m[c] * 2.0, name="alone")
-    lone = plan_kernel([alone], [m]).stage("alone")
-    assert not lone.parallel and not lone.cpu.join  # nothing to join: stays serial
+    lone_plan = plan_kernel([alone], [m])
+    lone = lone_plan.stage("alone")
+    assert not lone.parallel and lone_plan.loop_of("alone") is None  # nothing to join: stays serial
     r = rng()
     arrs = [r.standard_normal((4, 8, 6, 6)).astype("float32"), r.standard_normal(8).astype("float32"),
             r.standard_normal(8).astype("float32"), r.standard_normal((4, 8, 6, 6)).astype("float32")]
@@ -277,7 +279,7 @@ def test_joined_intermediates_become_row_buffers_and_the_kernel_is_right():
     head = te.placeholder((), "float32", name="head")
     dx, dw, db = ta.grad(y, [x, w, b], head=head)
     k = ta.build([dx, dw, db], [x, w, b, head])
-    rows = [s for s in k.plan.stages if s.cpu.row_buffer]
+    rows = [s for s in k.plan.stages if k.plan.place(s.name) == "row buffer"]
     assert {s.name for s in rows} >= {"tanh", "sigmoid"}, str(k.plan)
     assert "row buffer" in str(k.plan)
     for s in rows:  # allocated inside the prange, without the parallel dim
@@ -385,7 +387,7 @@ def test_a_split_full_sum_folds_each_chunk_in_vector_steps():
 
 def test_a_later_channel_sum_moves_into_the_earlier_channel_prange():
     """Plain batch_norm's backward lists dgamma (a per-channel sum over the rows) after dx (a
-    prange over n * c); cpu.pull_into_pranges moves it back into the prange of dvar's and
+    prange over n * c); fuse.pull moves it back into the prange of dvar's and
     dbeta's sums, which read the same rows, and the gradients stay torch's."""
     torch = pytest.importorskip("torch")
     n, c, h, wd = 4, 8, 12, 12
@@ -405,7 +407,7 @@ def test_a_later_channel_sum_moves_into_the_earlier_channel_prange():
     k = ta.build(list(grads), [x, g, b, head])
     dg = grads[1].op.name
     names = [s.name for s in k.plan.stages]
-    assert k.plan.stage(dg).cpu.join and names.index(dg) < names.index(grads[0].op.name), str(k.plan)
+    assert k.plan.joined(dg) and names.index(dg) < names.index(grads[0].op.name), str(k.plan)
     r = rng()
     xs, gs, bs, hs = (r.standard_normal(s).astype("float32") for s in ((n, c, h, wd), (c,), (c,),
                                                                     (n, c, h, wd)))

@@ -1,5 +1,5 @@
-"""CPU step 8b (schedule/cpu_shared_loops.py): consecutive split reductions share their chunk
-prange and loops.  Each decision is checked on the plan, and each kernel against the kernel
+"""CPU step 8 (schedule/fuse.py): consecutive split reductions share their chunk prange and
+loops (a CHUNKS loop of the plan's nest).  Each decision is checked on the plan, and each kernel against the kernel
 built without the step and a float64 NumPy reference.  Sums that fold the same terms in the same
 order are bit-identical; sums stepped in SIMD lanes (vecmath.radd) regroup with the vector width
 LLVM picks for each loop, which differs between CPUs (8 float32 lanes on AVX2, 16 on AVX-512)
@@ -13,8 +13,8 @@ import pytest
 import texpr_ad as ta
 from texpr_ad import te
 from texpr_ad.ops import elementwise as ew
-from texpr_ad.schedule import cpu, plan_kernel
-from texpr_ad.schedule.cpu_shared_loops import rename_axes
+from texpr_ad.schedule import fuse, plan_kernel
+from texpr_ad.schedule.fuse import rename_axes
 from texpr_ad.te.expr import Reduce
 from texpr_ad.te.visit import walk
 
@@ -39,9 +39,9 @@ def assert_regrouped(a: np.ndarray, b: np.ndarray, chain: int, abs_sum: np.ndarr
 
 def _unshared(monkeypatch: pytest.MonkeyPatch, outs: list, ins: list):
     with monkeypatch.context() as m:
-        m.setattr(cpu, "share_split_loops", lambda stages: stages)
+        m.delitem(fuse.FUSIONS, "chunks")
         k = ta.build(outs, ins)
-    assert not any(s.cpu.join and s.cpu.accumulate for s in k.plan.stages)
+    assert "chunks(" not in str(k.plan), str(k.plan)
     return k
 
 
@@ -63,11 +63,12 @@ def test_column_reductions_over_the_same_rows_share_one_pass(monkeypatch):
     st = {s.name: s for s in k.plan.stages}
     assert all(st[n].cpu.accumulate.split is not None for n in st), str(k.plan)
     head = st["s1"]
-    assert not head.cpu.join
+    assert not k.plan.joined("s1")
     for n in ("s2", "mx", "pos"):  # same chunks, extents, order: in s1's loops, on s1's axes
-        assert st[n].cpu.join and st[n].axes == head.axes, str(k.plan)
+        assert k.plan.joined(n) and st[n].axes == head.axes, str(k.plan)
+        assert k.plan.loop_of(n) is k.plan.loop_of("s1") and k.plan.loop_of(n).kind == "chunks"
         assert st[n].cpu.accumulate.split is head.cpu.accumulate.split
-    assert not st["half"].cpu.join  # half the rows: its own chunks
+    assert k.plan.loop_of("half") is None  # half the rows: its own chunks
     assert "one pass over the rows" in str(k.plan)
     assert k.source.count("in prange(16)") == 2, k.source  # s1's group, then half
     xs = rng().standard_normal((N, M)).astype(np.float32)
@@ -88,7 +89,7 @@ def test_a_reduction_reading_an_earlier_one_keeps_its_own_loops():
     c = te.compute((M,), lambda j: te.sum((x[i2, j] - s1[j]) * x[i2, j], axis=i2), name="c")
     plan = plan_kernel([s1, c], [x])
     assert plan.stage("c").cpu.accumulate.split is not None
-    assert not plan.stage("c").cpu.join, str(plan)  # s1 is complete only after its loops
+    assert not plan.joined("c"), str(plan)  # s1 is complete only after its loops
 
 
 def test_rename_axes_renames_reduction_axes_and_their_reads():
@@ -111,8 +112,8 @@ def test_layer_norm_dgamma_and_dbeta_share_one_pass(monkeypatch):
     grads = ta.grad(y, [x, g, b], head=head)
     k = ta.build(grads, [x, g, b, head])
     dg, db = (k.plan.stage(t.op.name) for t in grads[1:])
-    assert dg.cpu.accumulate.split is not None and not dg.cpu.join, str(k.plan)
-    assert db.cpu.join and db.cpu.accumulate.split is dg.cpu.accumulate.split, str(k.plan)
+    assert dg.cpu.accumulate.split is not None and not k.plan.joined(dg.name), str(k.plan)
+    assert k.plan.joined(db.name) and db.cpu.accumulate.split is dg.cpu.accumulate.split, str(k.plan)
     r = rng()
     xs, gs, bs, hs = (r.standard_normal(s).astype(np.float32) for s in ((N, M), (M,), (M,), (N, M)))
     got = k(xs, gs, bs, hs)
@@ -125,16 +126,16 @@ def test_layer_norm_dgamma_and_dbeta_share_one_pass(monkeypatch):
     np.testing.assert_allclose(got[2], h64.sum(0), rtol=1e-4, atol=1e-3)
 
 
-# -- fold_into_row_loops: a joined lanes reduction in the loop of the stage it reduces --------
+# -- ROW loops: a joined lanes reduction in the loop of the stage it reduces ------------------
 
 R, C = 64, 256  # rows of 256: long enough for lanes
 
 
 def _unfolded(monkeypatch: pytest.MonkeyPatch, outs: list, ins: list):
     with monkeypatch.context() as m:
-        m.setattr(cpu, "fold_into_row_loops", lambda stages: stages)
+        m.delitem(fuse.NESTED, "row")
         k = ta.build(outs, ins)
-    assert not any(s.cpu.in_row_loop for s in k.plan.stages)
+    assert "row(" not in str(k.plan)
     return k
 
 
@@ -142,11 +143,12 @@ def test_softmax_row_sum_folds_into_the_exp_loop(monkeypatch):
     x = te.placeholder((R, C), "float32", name="x")
     y = ew.softmax(x, -1)
     k = ta.build([y], [x])
-    folded = [s for s in k.plan.stages if s.cpu.in_row_loop]
+    (prange,) = k.plan.nest
+    folded = [k.plan.stage(n.body[1].name) for n in prange.body if getattr(n, "kind", "") == "row"]
     assert [s.name for s in folded] == ["softmax_expsum"], str(k.plan)
     exp = k.plan.stage("softmax_exp")
     assert folded[0].bodies[0].axis[0] is exp.order[1]  # reduces over exp's own loop axis
-    assert "in row loop" in str(k.plan)
+    assert "row(256): a reduction of this row folds each element" in str(k.plan), str(k.plan)
     lines = k.source.splitlines()
     store = next(n for n, ln in enumerate(lines) if ln.strip().startswith("softmax_exp[i1] ="))
     assert "radd(softmax_expsum_acc, softmax_exp[i1])" in lines[store + 1], k.source
@@ -166,7 +168,7 @@ def test_a_max_of_an_elementwise_stage_folds_and_is_exact(monkeypatch):
     m = te.compute((R,), lambda i: te.max(e[i, k_], axis=k_), name="m")
     y = te.compute((R, C), lambda i, j: e[i, j] - m[i], name="y")
     k = ta.build([y, m], [x])
-    assert k.plan.stage("m").cpu.in_row_loop, str(k.plan)
+    assert k.plan.loop_of("m").kind == "row", str(k.plan)
     xs = rng().standard_normal((R, C)).astype(np.float32)
     xs[3, 7] = np.nan  # max propagates NaN, folded or not
     got, ref = k(xs), _unfolded(monkeypatch, [y, m], [x])(xs)
@@ -186,13 +188,13 @@ def test_a_reduction_not_over_the_stored_element_keeps_its_loop(read):
     s = te.compute((R,), lambda i: te.sum(at(i), axis=k_), name="s")
     y = te.compute((R, C), lambda i, j: e[i, j] / s[i], name="y")
     plan = plan_kernel([y], [x])
-    assert plan.stage("s").cpu.join and plan.stage("s").cpu.lanes > 1, str(plan)
-    assert not plan.stage("s").cpu.in_row_loop, str(plan)
+    assert plan.joined("s") and plan.stage("s").cpu.lanes > 1, str(plan)
+    assert plan.loop_of("s").kind == "prange", str(plan)
 
 
 def test_a_scalar_sum_rides_in_the_column_sums_loops(monkeypatch):
     """A scalar (stepped-lanes) split sum right before column sums over the same rows and
-    columns folds in their loops (cpu_shared_loops._rider_map), moved after the first: plain
+    columns folds in their loops (fuse._rider_map), moved after the first: plain
     ew_chain's forward, whose sum and saved dw/db sums share tanh and exp.  The column sums are
     bit-identical to the kernel without the step (same terms, same order); the scalar sum's
     float32 chains are its 256-term rows, in lanes that each kernel's loop groups its own way
@@ -207,7 +209,7 @@ def test_a_scalar_sum_rides_in_the_column_sums_loops(monkeypatch):
     k = ta.build([total, dw, db], [x, w])
     names = [s.name for s in k.plan.stages]
     assert names.index("dw") < names.index("total") < names.index("db"), str(k.plan)
-    assert all(k.plan.stage(n).cpu.join for n in ("total", "db")), str(k.plan)
+    assert all(k.plan.joined(n) for n in ("total", "db")), str(k.plan)
     assert "ew_chain" not in k.source and k.source.count("prange(16)") == 1, k.source
     r = rng()
     xs, ws = r.standard_normal((N, 256)).astype("float32"), r.standard_normal(256).astype("float32")

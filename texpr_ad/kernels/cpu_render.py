@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from ..schedule.loopnest import Loop, LoopKind, Place, StageRef, refs
 from ..schedule.plan import SUM_BLOCK, SUM_CHAIN, ComputeStage, ScatterStage, wide_sum
 from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind
 from .render import (CHECK_NAME, ERR_NAME, KERNEL_NAME, WIDE_ZERO, _describe, _is_placeholder, _is_zero,
@@ -24,21 +25,16 @@ class CPURender(_Render):
         self.ws = {id(t) for t in p.workspace}
         args += [self.tensor(t) for t in p.workspace]
         body: list[str] = []
-        groups: list[list] = []
-        for st in p.stages:
-            if st.cpu is not None and st.cpu.join and groups:
-                groups[-1].append(st)
-            else:
-                groups.append([st])
-        for group in groups:
+        for node in p.tree:
+            group = [p.stage(r.name) for r in refs((node,))]
             st = group[-1]
             self.lines, self.checked, self.scope = [], False, st.name
             self.unproven = stage_unproven(group)
             self.hoist, self.hoisted = (loop_entry_checks(self.unproven)
                                         if _plain(group) else {}), set()
             first_site = len(self.sites)
-            if len(group) > 1:
-                self.joined(group)
+            if isinstance(node, Loop):
+                NEST_RULES[node.kind](self, node)
             elif isinstance(st, ComputeStage):
                 self.compute(st)
             else:
@@ -144,7 +140,7 @@ class CPURender(_Render):
 
     def row_and_fold(self, depth: int, e: ComputeStage, st: ComputeStage) -> None:
         """`e`'s row loop with `st`'s lanes reduction folded in: each element is stored, then
-        accumulated (`st` is written over `e`'s axes: cpu_shared_loops.fold_into_row_loops)."""
+        accumulated (`st` is written over `e`'s axes: a ROW loop of fuse.py)."""
         env: dict[Expr, str] = {}
         self.recip = {}
         self.hoist_values(depth, e, env)
@@ -221,36 +217,42 @@ class CPURender(_Render):
         self.emit(depth, f"{t}[{', '.join([*lead, var])}].fill(0)")
 
     # -- CPU-only plan features ----------------------------------------------------------------
-    def joined(self, group: list[ComputeStage]) -> None:
-        """Stages sharing one prange over their (equal) first parallel axis, in order; split
-        reductions share their chunk prange and loops."""
-        if group[0].cpu.accumulate is not None:  # type: ignore[union-attr]
-            for st in group:
-                self.emit(1, f"# stage {st.name}: {_describe(st)}")
-                self.allocate(1, st, st.axes)
-            self.split_partials(group)
-            return
-        for st in group:
-            self.scope = st.name
-            self.emit(1, f"# stage {st.name}: {_describe(st)}")
-            if st.cpu.row_buffer:  # type: ignore[union-attr]
-                d = st.axes.index(st.order[0])
-                self.row_dim.update({id(t): d for t in st.tensors if t is not None})
-            else:
-                self.allocate(1, st, st.axes)
-        head = group[0]
-        var = self.names.fresh(f"{head.name}_p")
-        self.parallel_head(1, var, top(self.expr(head.order[0].extent, {})))
+    def chunks(self, loop: Loop) -> None:
+        """Split reductions sharing one chunk prange and loop nest (their partial results)."""
+        group = [self.plan.stage(r.name) for r in refs((loop,))]
         for k, st in enumerate(group):
-            if st.cpu.in_row_loop:  # type: ignore[union-attr]
-                continue  # rendered in the previous stage's row loop
+            self.emit(1, f"# stage {st.name}: {_describe(st, k > 0)}")  # type: ignore[arg-type]
+            self.allocate(1, st, st.axes)  # type: ignore[arg-type]
+        self.split_partials(group)  # type: ignore[arg-type]
+
+    def prange(self, loop: Loop) -> None:
+        """Stages sharing one prange over their (equal) first parallel axis, in order: a row
+        buffer is allocated in it, without the parallel dim; a ROW loop is its producer's row
+        loop with the reduction folded in."""
+        refs_ = list(refs((loop,)))
+        group = [self.plan.stage(r.name) for r in refs_]
+        for k, (ref, st) in enumerate(zip(refs_, group)):
             self.scope = st.name
-            if st.cpu.row_buffer:  # type: ignore[union-attr]
+            self.emit(1, f"# stage {st.name}: {_describe(st, k > 0)}")  # type: ignore[arg-type]
+            if ref.place is Place.ROW_BUFFER:
+                d = st.axes.index(st.order[0])  # type: ignore[union-attr]
+                self.row_dim.update({id(t): d for t in st.tensors if t is not None})  # type: ignore[union-attr]
+            else:
+                self.allocate(1, st, st.axes)  # type: ignore[arg-type]
+        var = self.names.fresh(f"{group[0].name}_p")
+        self.parallel_head(1, var, top(self.expr(group[0].order[0].extent, {})))
+        for node in loop.body:
+            ref = node if isinstance(node, StageRef) else node.body[0]
+            assert isinstance(ref, StageRef)
+            st = self.plan.stage(ref.name)
+            assert isinstance(st, ComputeStage)
+            self.scope = st.name
+            if ref.place is Place.ROW_BUFFER:
                 self.allocate(2, st, [a for a in st.axes if a is not st.order[0]])
             self.emit(2, f"{self.axis(st.order[0])} = {var}  # stage {st.name}")
-            nxt = group[k + 1] if k + 1 < len(group) else None
-            if nxt is not None and nxt.cpu.in_row_loop:  # type: ignore[union-attr]
-                self.row_and_fold(2, st, nxt)
+            if isinstance(node, Loop):
+                folded = self.plan.stage(node.body[1].name)  # type: ignore[union-attr]
+                self.row_and_fold(2, st, folded)  # type: ignore[arg-type]
             else:
                 self.loops_and_body(st, 2, st.order[1:])
 
@@ -490,7 +492,7 @@ class CPURender(_Render):
     def fold(self, depth: int, stages: Sequence[tuple[ComputeStage, Callable[[], str]]],
              axes: Sequence[IterVar], row: IterVar | None) -> None:
         """acc = combine(acc, source) of each stage (with its accumulator) over `axes`, then the
-        row axis, if any, innermost; the stages share these loops (cpu_shared_loops.py)."""
+        row axis, if any, innermost; the stages share these loops (a CHUNKS loop of fuse.py)."""
         d = depth
         for ax in axes:
             self.range_loop(d, ax, {})
@@ -524,7 +526,7 @@ class CPURender(_Render):
     def split_partials(self, stages: Sequence[ComputeStage]) -> None:
         """Split reductions: partial results part[c, *axes], one prange iteration per chunk c,
         then combined.  Several stages share the chunk loops (one pass over the rows) when the
-        planner joined them over the same axes (cpu_shared_loops.py)."""
+        planner fused them over the same axes (a CHUNKS loop of fuse.py)."""
         st = stages[0]
         acc_plan = st.cpu.accumulate  # type: ignore[union-attr]
         assert acc_plan is not None and acc_plan.split is not None
@@ -542,7 +544,7 @@ class CPURender(_Render):
             pshape = [str(chunks), *(top(self.expr(a.extent, {})) for a in s_.axes)]
             self.emit(1, f"{part} = np.empty(({', '.join(pshape)}, ), dtype=np.{dtype})")
             parts.append(part)
-        # scalar riders (cpu_shared_loops._rider_map): stepped accumulators in the row loop
+        # scalar riders (fuse._rider_map): stepped accumulators in the row loop
         riders = [k for k, s_ in enumerate(stages) if not s_.axes and k > 0]
         c = self.names.fresh(f"{st.name}_c")
         self.parallel_head(1, c, str(chunks))
@@ -653,6 +655,12 @@ def _plain(group: Sequence[ComputeStage | ScatterStage]) -> bool:
     return len(group) == 1 and isinstance(st := group[0], ComputeStage) and st.cpu is not None \
         and st.cpu.lanes <= 1 and st.cpu.accumulate is None and st.cpu.contraction is None
 
+
+# how each kind of shared loop (loopnest.LoopKind) at the top of the plan's nest is rendered
+NEST_RULES: dict[LoopKind, Callable[[CPURender, Loop], None]] = {
+    LoopKind.PRANGE: CPURender.prange,
+    LoopKind.CHUNKS: CPURender.chunks,
+}
 
 # x / d as (x * (1 / (d k))) * k with k a power of two, decided once per hoisted d: k = 1 unless
 # 1 / d is not a normal float32 (d subnormal: 1 / d overflows, 3e-39 / 1e-39 would be inf;

@@ -577,9 +577,10 @@ def _reduce_groups(bodies: Sequence[Expr]) -> list[list[Reduce]]:
     return list(groups.values())
 
 
-def _describe(st: ComputeStage) -> str:
+def _describe(st: ComputeStage, joined: bool = False) -> str:
+    """The comment heading a stage's code; `joined`: it runs in a loop an earlier stage opened."""
     c = st.cpu
-    if c is not None and c.join:
+    if joined:
         return "joined into the previous stage's prange" + ("; reduction" if _reduce_groups(
             st.bodies) else "")
     if c is not None and c.contraction is not None:

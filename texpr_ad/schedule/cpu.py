@@ -27,14 +27,11 @@
                   partial results over its outermost axis, combined afterwards; a long
                   reduction contiguous in its innermost axis is vectorized into SIMD lanes
                   (`lanes`: its sum may regroup; max/min are exact).
-8. join         - (cpu_join.py) consecutive stages with one parallel axis of the same extent run in one
-                  `prange` when each reads the earlier ones only at its own parallel index
-                  (row-wise chains: softmax, normalizations); an intermediate that only
-                  later stages of its prange read becomes a per-iteration row buffer.
-   share        - (cpu_shared_loops.py) consecutive reductions split into the same chunks
-                  over loops of the same extents run in one prange over chunks and one loop
-                  nest: each chunk reads its rows once for all their partial results; a
-                  joined row reduction of an elementwise stage folds in that stage's loop.
+8. fuse         - (fuse.py) consecutive stages share loops, the plan's `nest` (loopnest.py):
+                  a prange over rows when each reads the earlier ones only at its own row
+                  (softmax, normalizations; an intermediate only they read becomes a row
+                  buffer), the chunk loops of split reductions over the same rows, and an
+                  elementwise stage's row loop folding its row reduction.
    scatter_block - a scatter parallel over the target's last dim runs the prange over
                   blocks of it, with the block innermost (contiguous, still race-free).
 9. hoist        - (steps 9 and 10 live in cpu_invariants.py) values that the serial loops of a stage do not change (`softmax_max[i]`,
@@ -64,9 +61,9 @@ from ..te.visit import bounds_depend_on_axes, children, substitute, walk
 from . import cpu_implicit, normalize
 from .cpu_col2im import col2im_scatter
 from .cpu_invariants import hoist, workspace
-from .cpu_join import join_stages, pull_into_pranges, row_buffers
-from .cpu_join import stage_reads as _reads
-from .cpu_shared_loops import fold_into_row_loops, share_split_loops
+from .fuse import fuse
+from .fuse import stage_reads as _reads
+from .loopnest import Place, refs
 from .nest import MIN_PARALLEL_CHUNKS, Expander, _const, _reduction_notes, _work, compute_stage
 from .plan import (Accumulate, ComputeStage, Contraction, CpuStagePlan, Inline, Plan,
                    ScatterStage, ScheduleError, Split, Stage)
@@ -106,12 +103,14 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
     stages, cropped = fold_crops(stages, overrides)
     stages, dropped = drop_unread(stages, plan)
     dropped = cropped + dropped
-    stages = pull_into_pranges(stages, overrides)
-    stages = fold_into_row_loops(row_buffers(share_split_loops(join_stages(stages, overrides))))
+    stages, nest = fuse(stages, overrides)
     stages = [hoist(st, overrides.get(st.name, {})) for st in stages]
     outs = {id(t) for t in plan.outputs}
-    stages = [workspace(st, outs, overrides.get(st.name, {})) for st in stages]
-    return replace(plan, target="cpu", stages=tuple(stages), inlined=plan.inlined + dropped)
+    buffers = {r.name for r in refs(nest) if r.place is Place.ROW_BUFFER}
+    stages = [st if st.name in buffers else workspace(st, outs, overrides.get(st.name, {}))
+              for st in stages]
+    return replace(plan, target="cpu", stages=tuple(stages), inlined=plan.inlined + dropped,
+                   nest=nest)
 
 
 def fold_crops(stages: list[Stage], overrides: Mapping[str, Mapping[str, Any]]

@@ -40,7 +40,7 @@ def hoist(st: Stage, ov: Mapping[str, Any]) -> Stage:
 def workspace(st: Stage, outputs: set[int], ov: Mapping[str, Any]) -> Stage:
     """Step 10: the stage's intermediates of at least WORKSPACE_MIN_BYTES (static shapes),
     passed in preallocated (override `workspace`: bool)."""
-    if st.cpu is None or st.cpu.row_buffer or not ov.get("workspace", True):
+    if st.cpu is None or not ov.get("workspace", True):
         return st
     ts = st.tensors if isinstance(st, ComputeStage) else (st.tensor,)
     found: list[Tensor] = []

@@ -14,13 +14,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, TypeVar
-from enum import Enum
 
 from ..errors import TexprError
 from ..te.bounds import bound
 from ..te.expr import Const, Expr, IterVar, Reduce, ReduceKind, Var
 from ..te.printer import expr_str
 from ..te.tensor import ScatterUpdate, Tensor, shape_str
+from .loopnest import Kind, Loop, Node, Place, StageRef, refs
+from .loopnest import lines as nest_lines
 
 LONG_SUM = 4096  # a float16/float32 sum of more terms than this (or of a count unknown until
 #                  the call) accumulates wide: see `wide_sum`
@@ -186,17 +187,6 @@ class Split:
     factor: int
 
 
-class Kind(str, Enum):
-    """An enum whose members are also their string values (equal to them, printed as them),
-    so JSON, printed plans and older callers comparing with "block" keep working."""
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self.value), spec)
-
-
 class StageKind(Kind):
     """What a stage is: the key of `OVERRIDE_KEYS` (schedule/planner.py)."""
 
@@ -220,32 +210,24 @@ class CpuStagePlan:
 
     Compute stages: `contraction` (a BLAS matrix product), `accumulate` (row
     accumulation / split partial sums), `lanes` (> 1: the reduction's accumulation may
-    regroup into SIMD lanes), `join` (runs inside the previous stage's prange; a split stage:
-    in its chunk prange and loops, over its axes), `row_buffer`
-    (an intermediate that only later stages of its joined prange read, at the shared
-    parallel index: a buffer per parallel iteration without that dim, which stays in cache),
-    `split` (the innermost loop axis runs as two loops, axis = factor * hi + lo, as the
-    bodies use it only as axis // factor and axis % factor: a reshape's unflattening),
-    `in_row_loop` (a joined reduction whose loop is the previous stage's
-    row loop, over its axes), `hoisted` (loop-invariant values computed once before the
-    serial loops, in order) and
-    `reciprocals` (hoisted float32 divisors whose quotients become products with the
-    reciprocal).  Scatter stages: `block` (prange over blocks of that many values of the
-    parallel axis, innermost).  Both: `workspace` (the stage's intermediates passed in as
-    preallocated arrays, reused across calls).
+    regroup into SIMD lanes), `split` (the innermost loop axis runs as two loops, axis =
+    factor * hi + lo, as the bodies use it only as axis // factor and axis % factor: a
+    reshape's unflattening), `hoisted` (loop-invariant values computed once before the
+    serial loops, in order) and `reciprocals` (hoisted float32 divisors whose quotients
+    become products with the reciprocal).  Scatter stages: `block` (prange over blocks of
+    that many values of the parallel axis, innermost).  Both: `workspace` (the stage's
+    intermediates passed in as preallocated arrays, reused across calls).  Which stages
+    share a loop is not a stage decision: it is the plan's `nest` (loopnest.py).
     """
 
     contraction: Contraction | None = None
     accumulate: Accumulate | None = None
     lanes: int = 1
-    join: bool = False
-    row_buffer: bool = False
     split: Split | None = None
     hoisted: tuple[Expr, ...] = ()
     reciprocals: tuple[Expr, ...] = ()
     block: int = 0
     workspace: tuple[Tensor, ...] = ()
-    in_row_loop: bool = False
 
 
 @dataclass(frozen=True)
@@ -334,7 +316,8 @@ def with_cpu(st: S, **kw: Any) -> S:
 
 @dataclass(frozen=True)
 class Plan:
-    """The whole kernel: inputs, symbolic dims, and the materialized stages in order."""
+    """The whole kernel: inputs, symbolic dims, the materialized stages in order, and (CPU)
+    the loops they share, `nest` (loopnest.py; empty: each stage runs its own loops)."""
 
     target: str
     inputs: tuple[Tensor, ...]
@@ -343,6 +326,36 @@ class Plan:
     stages: tuple[Stage, ...]
     inlined: tuple[Inline, ...]
     accumulation: str = ACCUMULATION
+    nest: tuple[Node, ...] = ()
+
+    @property
+    def tree(self) -> tuple[Node, ...]:
+        """The nest, each stage outside a shared loop a node of its own."""
+        return self.nest or tuple(StageRef(s.name) for s in self.stages)
+
+    def loop_of(self, name: str) -> Loop | None:
+        """The innermost shared loop that stage `name` runs in, or None."""
+        def find(nodes: tuple[Node, ...], inside: Loop | None) -> Loop | None:
+            for n in nodes:
+                if isinstance(n, Loop):
+                    if (hit := find(n.body, n)) is not None:
+                        return hit
+                elif n.name == name:
+                    return inside
+            return None
+        return find(self.tree, None)
+
+    def joined(self, name: str) -> bool:
+        """Whether stage `name` runs in a loop that an earlier stage opened."""
+        for n in self.tree:
+            names = [r.name for r in refs((n,))]
+            if name in names:
+                return names[0] != name
+        return False
+
+    def place(self, name: str) -> Place:
+        """Where stage `name`'s array lives."""
+        return next(r.place for r in refs(self.tree) if r.name == name)
 
     def stage(self, name: str) -> Stage:
         for s in self.stages:
@@ -365,6 +378,8 @@ class Plan:
                  f"  symbolic dims (bound from input shapes): "
                  f"{', '.join(v.name for v in self.params) or '-'}",
                  f"  accumulation: {self.accumulation}"]
+        if self.nest:
+            lines += ["", "loops shared by stages:", *nest_lines(self.nest)]
         for s in self.stages:
             lines += ["", *_stage_lines(s)]
         if self.inlined:
@@ -409,23 +424,10 @@ def _cpu_lines(c: CpuStagePlan) -> list[str]:
     out = []
     if c.accumulate is not None:
         out.append(f"  accumulate: {c.accumulate.describe()}")
-    if c.join and c.accumulate is not None:
-        out.append("  joined: folds its partial results in the previous stage's chunk prange "
-                   "and loops (same chunks, extents and order; it does not read that stage): "
-                   "one pass over the rows for both")
-    elif c.join:
-        out.append("  joined: runs inside the previous stage's prange (same parallel "
-                   "axis; reads the earlier stages of the loop only at its own index)")
-    if c.in_row_loop:
-        out.append("  in row loop: its reduction folds in the previous stage's loop as each "
-                   "element is stored (one pass over the row; same terms, same order)")
     if c.split is not None:
         sp = c.split
         out.append(f"  split: {sp.axis.name} = {sp.factor} * {sp.hi.name} + {sp.lo.name}, "
                    f"as the body reads it only through // and % by {sp.factor}")
-    if c.row_buffer:
-        out.append("  row buffer: only later stages of this prange read it, at the same "
-                   "parallel index, so each iteration keeps its slice in a small buffer")
     if c.lanes > 1:
         out.append(f"  lanes: the reduction accumulates with a reassociable add (max/min: "
                    f"llvm.maximum/minimum, exact), which LLVM vectorizes into SIMD lanes "

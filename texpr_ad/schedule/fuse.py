@@ -1,0 +1,342 @@
+"""CPU refine step 8 (fuse): consecutive stages share loops; the result is the plan's `nest`.
+
+One rewrite: a stage joins the loop that the stages before it share when its own loop has the
+same range and it reads what they write only at the shared index.  The loop kinds
+(loopnest.LoopKind) differ only in what that loop is, and `FUSIONS` holds one rule per kind:
+
+- PRANGE: stages whose first loop is a prange over equal extents (row-wise chains: softmax,
+  normalizations), reading earlier members only at their own row; a small serial stage joins
+  too (one iteration's work: batch_norm's per-channel scalars would otherwise cut the chain).
+- CHUNKS: reductions split into the same chunks (step 7) over loops of the same extents in the
+  same order, reading nothing the group writes (partial results are complete only after the
+  loops): each chunk reads its rows once for every partial result (layer_norm's dgamma and
+  dbeta).  Results are bit-identical: each partial result folds the same terms in the same order.
+
+    for c in prange(16):               # dgamma, then dbeta in dgamma's loops
+        for j in range(m): dgamma_part[c, j] = 0; dbeta_part[c, j] = 0
+        for i in range(c * 256, ...):
+            for j in range(m):
+                dgamma_part[c, j] += dy[i, j] * xhat[i, j]
+                dbeta_part[c, j] += dy[i, j]
+
+Three refinements of the same rewrite:
+
+- order (`pull`): a stage that would open a prange of its own moves back to just after an earlier
+  group it can join, past stages that write nothing it reads (plain batch_norm's `dgamma`, listed
+  after `dx`, then reads each channel's rows while they are in cache).  A scalar stepped-lanes sum
+  over (rows, columns) right before column sums over the same rows and columns moves after them
+  and rides in their CHUNKS loops (`_rider_map`; ew_chain's forward: 5.3 -> 2.4 ms), its
+  accumulators stepping in the row loop as before.
+- ROW: in a prange, a lanes reduction `s[i] = sum_k e[i, k]` right after the elementwise stage
+  `e[i, j]` that it reads only at `[i, k]` folds in `e`'s row loop as each element is stored
+  (softmax's exp and sum: one pass over the row, the same terms in the same order).
+- place: an intermediate that only later members of its prange read becomes a per-iteration
+  row buffer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator, Mapping
+
+from ..te.expr import Expr, IterVar, Read, Reduce, const
+from ..te.tensor import Tensor
+from ..te.visit import reads_in, transform, walk
+from .loopnest import REASONS, Loop, LoopKind, Node, Place, StageRef
+from .plan import Accumulate, ComputeStage, ScatterStage, Stage
+from .plan import with_cpu as _cpu
+
+Overrides = Mapping[str, Mapping[str, Any]]
+
+
+@dataclass
+class _Group:
+    """Consecutive stages sharing a loop of `kind` (None: a stage alone), while fusing."""
+
+    kind: LoopKind | None
+    members: list[Stage]
+    rows: dict[int, int] = field(default_factory=dict)  # PRANGE: tensor id -> its row dim
+
+    def add(self, st: Stage) -> None:
+        self.members.append(st)
+        if self.kind is LoopKind.PRANGE:
+            assert isinstance(st, ComputeStage)
+            d = st.axes.index(st.order[0])
+            self.rows.update({id(t): d for t in st.tensors if t is not None})
+
+
+def fuse(stages: list[Stage], overrides: Overrides) -> tuple[list[Stage], tuple[Node, ...]]:
+    """The stages, reordered and rewritten over the loops they share, and the plan's nest."""
+    groups = _groups(pull(stages, overrides), overrides)
+    readers: dict[int, set[str]] = {}
+    for st in (s for g in groups for s in g.members):
+        for r in stage_reads(st):
+            readers.setdefault(id(r.tensor), set()).add(st.name)
+    out: list[Stage] = []
+    nest: list[Node] = []
+    for g in groups:
+        if len(g.members) == 1:
+            out += g.members
+            nest.append(StageRef(g.members[0].name))
+            continue
+        members, nodes = _prange_body(g.members, readers) if g.kind is LoopKind.PRANGE else (
+            g.members, tuple(StageRef(s.name) for s in g.members))
+        out += members
+        head = members[0]
+        assert isinstance(head, ComputeStage)
+        acc = head.cpu.accumulate if head.cpu is not None else None
+        ext = const(acc.chunks, "int64") if g.kind is LoopKind.CHUNKS and acc else head.order[0].extent
+        nest.append(Loop(g.kind, ext, nodes, REASONS[g.kind]))  # type: ignore[arg-type]
+    return out, tuple(nest)
+
+
+def _groups(stages: list[Stage], overrides: Overrides) -> list[_Group]:
+    """Each stage joins the previous group where its kind's rule allows, else opens one."""
+    out: list[_Group] = []
+    for st in stages:
+        pinned = bool({"order", "fuse", "parallel"} & set(overrides.get(st.name, {})))
+        g = out[-1] if out else None
+        if g is not None and g.kind is not None and (
+                new := FUSIONS[g.kind](g, st, pinned)) is not None:
+            g.add(new)
+        elif g is not None and len(g.members) == 1 and (m := _rider_map(st, g.members[0])):
+            out[-1] = _Group(LoopKind.CHUNKS, [st, on_loops_of(g.members[0], m)])  # type: ignore[arg-type]
+        else:
+            kind = (LoopKind.PRANGE if _joinable(st) and not pinned else
+                    LoopKind.CHUNKS if _split(st) is not None and LoopKind.CHUNKS in FUSIONS else None)
+            out.append(_Group(kind, []))
+            out[-1].add(st)
+    return out
+
+
+def pull(stages: list[Stage], overrides: Overrides) -> list[Stage]:
+    """Move a stage that would open a prange of its own back to just after an earlier group
+    that it can join, past stages that write nothing it reads; nothing it reads moves."""
+    out: list[Stage] = []
+    for st in stages:
+        out.append(st)
+        pinned = bool({"order", "fuse", "parallel"} & set(overrides.get(st.name, {})))
+        if pinned or not _joinable(st) or len(out) < 3 or _joins(out, overrides):
+            continue
+        reads = {id(r.tensor) for r in stage_reads(st)}
+        for k in range(len(out) - 2, 0, -1):
+            if any(id(t) in reads for t in _written(out[k])):
+                break  # st reads what out[k] writes: it stays after it
+            if _joins([*out[:k], st], overrides):
+                out[k:] = [st, *out[k:-1]]
+                break
+    return out
+
+
+def _joins(stages: list[Stage], overrides: Overrides) -> bool:
+    """Whether the last stage joins a prange that an earlier one opens."""
+    g = _groups(stages, overrides)[-1]
+    return g.kind is LoopKind.PRANGE and len(g.members) > 1
+
+
+def _prange_member(g: _Group, st: Stage, pinned: bool) -> Stage | None:
+    """`st` if it can run in `g`'s prange (a small serial stage made parallel), else None."""
+    ok = _joinable(st) and not pinned
+    if not (ok or (not pinned and _rides_along(st))):
+        return None
+    assert isinstance(st, ComputeStage)
+    head = g.members[0]
+    assert isinstance(head, ComputeStage)
+    p = st.order[0]
+    if not p.extent.same_as(head.order[0].extent):
+        return None
+    # reads in reduce bounds count too: `k < L[i + 1]` is another row
+    if any(x.indices[g.rows[id(x.tensor)]] is not p for x in reads_in(st.bodies)
+           if id(x.tensor) in g.rows):
+        return None
+    return st if ok else _cpu(st, parallel=True, fused=1, notes=(
+        *st.notes, "joined although small: the prange of its group is there"))
+
+
+def _chunk_member(g: _Group, st: Stage, pinned: bool) -> Stage | None:
+    """`st` over the head's axes if it can fold its partial results in `g`'s chunk loops."""
+    m = _axis_map(g.members[0], st)  # type: ignore[arg-type]
+    written = {id(t) for x in g.members for t in _written(x)}
+    if m is None or any(id(r.tensor) in written for r in stage_reads(st)):
+        return None
+    return on_loops_of(st, m)  # type: ignore[arg-type]
+
+
+FUSIONS: dict[LoopKind, Callable[[_Group, Stage, bool], Stage | None]] = {
+    LoopKind.PRANGE: _prange_member,
+    LoopKind.CHUNKS: _chunk_member,
+}
+
+
+def _prange_body(members: list[Stage], readers: dict[int, set[str]]
+                 ) -> tuple[list[Stage], tuple[Node, ...]]:
+    """A prange group's members (a row-folded reduction over its producer's axes) and nodes:
+    row buffers placed, each row fold a ROW loop of its producer and reduction."""
+    names = {s.name for s in members}
+    place = {s.name: Place.ROW_BUFFER for s in members[:-1] if _row_buffer(s, names, readers)}
+    out: list[Stage] = []
+    nodes: list[Node] = []
+    for st in members:
+        prev = out[-1] if out else None
+        m = NESTED[LoopKind.ROW](prev, st) if LoopKind.ROW in NESTED and isinstance(
+            prev, ComputeStage) and nodes and isinstance(nodes[-1], StageRef) else None
+        if m is not None:
+            assert isinstance(st, ComputeStage) and isinstance(prev, ComputeStage)
+            st = replace(st, axes=tuple(m[a] for a in st.axes), order=tuple(m[a] for a in st.order),
+                         bodies=tuple(rename_axes(b, m) for b in st.bodies))
+            nodes[-1] = Loop(LoopKind.ROW, prev.order[1].extent,
+                             (nodes[-1], StageRef(st.name)), REASONS[LoopKind.ROW])  # type: ignore[arg-type]
+        else:
+            nodes.append(StageRef(st.name, place.get(st.name, Place.ARRAY)))
+        out.append(st)
+    return out, tuple(nodes)
+
+
+def _row_buffer(st: Stage, group: set[str], readers: dict[int, set[str]]) -> bool:
+    """Whether `st` (not the last of its prange) keeps a row per iteration: only later members
+    read it, it has a dim besides the parallel one, and it accumulates no rows."""
+    ts = _written(st) if isinstance(st, ComputeStage) else ()
+    return (not st.is_output and bool(ts) and len(st.axes) > 1  # type: ignore[union-attr]
+            and st.cpu.accumulate is None  # type: ignore[union-attr]
+            and all(readers.get(id(t), set()) <= group - {st.name} for t in ts))
+
+
+def _joinable(st: Stage) -> bool:
+    return (isinstance(st, ComputeStage) and st.parallel and st.fused == 1 and bool(st.order)
+            and st.cpu.contraction is None and st.cpu.accumulate is None)  # type: ignore[union-attr]
+
+
+def _rides_along(st: Stage) -> bool:
+    """A serial (small) loop-nest stage, which may join a prange but not open one."""
+    return (isinstance(st, ComputeStage) and not st.parallel and bool(st.order)
+            and st.cpu.contraction is None and st.cpu.accumulate is None  # type: ignore[union-attr]
+            and st.cpu.split is None)  # type: ignore[union-attr]
+
+
+def _written(st: Stage) -> tuple[Tensor, ...]:
+    if isinstance(st, ScatterStage):
+        return (st.tensor,)
+    return tuple(t for t in st.tensors if t is not None)
+
+
+def stage_reads(st: Stage) -> Iterator[Read]:
+    """Every tensor read of a stage, reduction and scatter-domain bounds and BLAS operands included."""
+    if isinstance(st, ComputeStage):
+        yield from reads_in(st.bodies)
+    else:
+        yield from reads_in([e for u in st.updates for e in u.exprs], st.order)
+    if isinstance(st, ComputeStage) and st.cpu.contraction is not None:  # type: ignore[union-attr]
+        c = st.cpu.contraction  # type: ignore[union-attr]
+        yield from (Read(t, (), t.dtype) for t in (c.a, c.b))
+
+
+def _split(st: Stage) -> Accumulate | None:
+    """The stage's split accumulation, when its chunks fold in loops (not stepped lanes)."""
+    if not isinstance(st, ComputeStage) or st.cpu is None:
+        return None
+    acc = st.cpu.accumulate
+    return acc if acc is not None and acc.split is not None and not acc.vector else None
+
+
+def _scalar_lanes(st: Stage) -> Accumulate | None:
+    """The split accumulation of a scalar (no data axes) stepped-lanes reduction over two
+    axes (rows, then columns), else None."""
+    if not isinstance(st, ComputeStage) or st.cpu is None or st.axes:
+        return None
+    acc = st.cpu.accumulate
+    if acc is None or acc.split is None or not acc.vector or len(st.bodies) != 1:
+        return None
+    r = _reduce(st)
+    return acc if len(r.axis) == 2 and r.axis[0] is acc.split else None
+
+
+def _rider_map(head: Stage, st: Stage) -> dict[IterVar, IterVar] | None:
+    """`st`'s reduce axes (rows, columns) -> `head`'s (split, row), if the scalar split
+    reduction `st` can fold in the loops of `head`, a row-accumulated split reduction over the
+    same rows and columns that does not read it."""
+    a, b = _split(head), _scalar_lanes(st)
+    if a is None or b is None or a.row is None or a.chunks != b.chunks \
+            or LoopKind.CHUNKS not in FUSIONS:
+        return None
+    assert isinstance(head, ComputeStage) and isinstance(st, ComputeStage)
+    ra, (i, j) = _reduce(head), _reduce(st).axis
+    if len(ra.axis) != 1 or head.axes != (a.row,) or any(
+            not (x.lo.same_as(y.lo) and x.extent.same_as(y.extent))
+            for x, y in ((i, a.split), (j, a.row))):
+        return None
+    mine = {id(t) for t in st.tensors}
+    if any(id(x.tensor) in mine for x in stage_reads(head)):
+        return None
+    return {i: a.split, j: a.row}
+
+
+def _row_map(e: ComputeStage, st: Stage) -> dict[IterVar, IterVar] | None:
+    """`st`'s parallel and reduce axes -> `e`'s (p, j), if `st` can fold in `e`'s row loop."""
+    c, ce = st.cpu, e.cpu
+    if not (isinstance(st, ComputeStage) and c is not None and ce is not None
+            and c.lanes > 1 and len(st.order) == 1 and len(st.bodies) == 1
+            and st.tensors[0] is not None):
+        return None
+    if (ce.accumulate or ce.contraction or ce.split or ce.lanes > 1
+            or not e.parallel or e.fused != 1 or len(e.order) != 2 or len(e.bodies) != 1
+            or e.tensors[0] is None or any(isinstance(x, Reduce) for x in walk(e.bodies[0]))):
+        return None
+    (p, j), r = e.order, _reduce(st)
+    if len(r.axis) != 1 or not (r.axis[0].lo.same_as(j.lo) and r.axis[0].extent.same_as(j.extent)):
+        return None
+    m = {st.order[0]: p, r.axis[0]: j}
+    want = [st.order[0] if a is p else r.axis[0] for a in e.axes]
+    mine = [x for x in reads_in(st.bodies) if x.tensor is e.tensors[0]]
+    if not mine or any(list(x.indices) != want for x in mine):
+        return None
+    return m
+
+
+# loops nested in a prange: the rule mapping a member's axes onto its predecessor's loop
+NESTED: dict[LoopKind, Callable[[ComputeStage, Stage], dict[IterVar, IterVar] | None]] = {
+    LoopKind.ROW: _row_map,
+}
+
+
+def _reduce(st: ComputeStage) -> Reduce:
+    """The stage's one reduction (a split stage has exactly one, see cpu._accumulate)."""
+    return next(x for b in st.bodies for x in walk(b) if isinstance(x, Reduce))
+
+
+def _axis_map(head: ComputeStage, st: Stage) -> dict[IterVar, IterVar] | None:
+    """`st`'s data and reduce axes -> `head`'s, if `st` can run in `head`'s loops, else None."""
+    a, b = _split(head), _split(st)
+    if a is None or b is None or a.chunks != b.chunks:
+        return None
+    assert isinstance(st, ComputeStage)
+    ra, rb = _reduce(head), _reduce(st)
+    pairs = [*zip(head.axes, st.axes), *zip(ra.axis, rb.axis)]
+    if len(head.axes) != len(st.axes) or len(ra.axis) != len(rb.axis) or not all(
+            x.lo.same_as(y.lo) and x.extent.same_as(y.extent) for x, y in pairs):
+        return None
+    m = {y: x for x, y in pairs}
+    if tuple(m[y] for y in st.order) != head.order or m[b.split] is not a.split \
+            or (b.row is None) != (a.row is None) or (b.row is not None and m[b.row] is not a.row):
+        return None
+    return m
+
+
+def on_loops_of(st: ComputeStage, m: dict[IterVar, IterVar]) -> ComputeStage:
+    """`st` written over the axes of the stage whose loops it shares (`m`: its axes to those)."""
+    acc = st.cpu.accumulate  # type: ignore[union-attr]
+    assert acc is not None and acc.split is not None
+    return replace(
+        st, axes=tuple(m[a] for a in st.axes), order=tuple(m[a] for a in st.order),
+        bodies=tuple(rename_axes(b, m) for b in st.bodies),
+        cpu=replace(st.cpu, accumulate=replace(
+            acc, split=m[acc.split], row=None if acc.row is None else m.get(acc.row))))
+
+
+def rename_axes(e: Expr, m: dict[IterVar, IterVar]) -> Expr:
+    """`e` with the axes in `m` replaced, as index leaves and as the axes of its reductions."""
+    def fn(x: Expr) -> Expr | None:
+        if isinstance(x, IterVar):
+            return m.get(x)
+        if isinstance(x, Reduce) and any(a in m for a in x.axis):
+            return replace(x, axis=tuple(m.get(a, a) for a in x.axis))
+        return None
+    return transform(e, fn)
