@@ -47,7 +47,7 @@ def cpu_name() -> str:
 
 def gpu_name() -> str:
     from numba import cuda
-    from texpr_ad.kernels.numba_cuda import simulating
+    from texpr_ad.kernels.cuda_runtime import simulating
     if simulating():
         return "Numba CUDA simulator (NUMBA_ENABLE_CUDASIM=1)"
     name = cuda.get_current_device().name
@@ -186,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # small grids of --quick shapes; a host array copied into a kernel would still warn
     warnings.filterwarnings("ignore", message=".*Grid size .* under-utilization")
     import numba
-    from texpr_ad.kernels.numba_cuda import require_cuda
+    from texpr_ad.kernels.cuda_runtime import require_cuda
     require_cuda()
     torch_cuda, torch_line = setup_torch()
     print(f"texpr_ad CUDA bench: GPU {gpu_name()}; CPU {cpu_name()}; numba {numba.__version__}, "

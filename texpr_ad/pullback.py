@@ -23,7 +23,7 @@ import numpy as np
 from . import te
 from .deriv import GradientError, grad
 from .errors import TexprError
-from .kernels.numba_cuda import is_device_array
+from .kernels.cuda_runtime import is_device_array
 from .schedule.residuals import Decision, choose, rebuilt
 from .te import dtype as dt
 from .te.dag import placeholders, replace_inputs

@@ -61,7 +61,7 @@ from texpr_ad.te.dag import add_batch_axis
 from texpr_ad.arrays import (KERNEL_DTYPES, OpArgumentError, op_arguments, op_dtype,
                              shape_env)
 from texpr_ad.errors import TexprError
-from texpr_ad.kernels import numba_cuda
+from texpr_ad.kernels import cuda_runtime
 from texpr_ad.te.tensor import Tensor
 
 _NP = {getattr(torch, n): np.dtype(n) for n in KERNEL_DTYPES}  # the dtypes the kernels take
@@ -418,7 +418,7 @@ class TorchOp:
             live = iter(res)
             res = [next(live) if a is not None else torch.zeros_like(x)
                    for a, x, w in zip(p.adjoints, xs, wrt, strict=True) if w]
-        numba_cuda.synchronize()
+        cuda_runtime.synchronize()
         return [torch.as_tensor(r, device=xs[0].device) for r in res]
 
 
@@ -512,7 +512,7 @@ def _on_cuda(dev: torch.device, op: str) -> bool:
     if dev.type not in ("cpu", "cuda"):
         raise TorchDeviceError(f"{op}: got tensors on {dev}; texpr_ad ops run on CPU and CUDA "
                                f"tensors (meta ones only give shapes): move them with .cpu()")
-    if dev.type == "cuda" and not numba_cuda.gpu_available():
+    if dev.type == "cuda" and not cuda_runtime.gpu_available():
         raise TorchDeviceError(f"{op}: got CUDA tensors, but Numba finds no usable GPU; move them "
                                f"to the CPU with .cpu(), or install the `cuda` extra (numba-cuda)")
     return dev.type == "cuda"

@@ -12,7 +12,7 @@ import numpy as np
 import texpr_ad as ta
 from texpr_ad import te
 from texpr_ad.kernels import KernelArgumentError, build
-from texpr_ad.kernels.numba_cuda import CudaKernel
+from texpr_ad.kernels.cuda_kernel import CudaKernel
 from texpr_ad.schedule.cuda import strategy
 from texpr_ad.te.expr import IterVar, const
 from texpr_ad.te.tensor import ScatterOp, Tensor

@@ -274,7 +274,7 @@ def test_data_dependent_reduce_bounds_render_as_range():
 
 def test_cuda_target_without_gpu_or_simulator_is_a_clear_error():
     from texpr_ad.kernels import build
-    from texpr_ad.kernels.numba_cuda import CudaUnavailableError
+    from texpr_ad.kernels.cuda_runtime import CudaUnavailableError
     A, W, Y = matmul()
     with pytest.raises(CudaUnavailableError, match="NUMBA_ENABLE_CUDASIM"):
         build([Y], [A, W], target="cuda")

@@ -17,9 +17,12 @@ from typing import Any, Callable, Mapping
 
 from ..schedule.plan import Plan, ScheduleError
 from ..schedule.planner import REFINE
+from .cpu_kernel import CpuKernel
+from .cuda_kernel import CudaKernel
+from .cuda_render import CUDARenderer
+from .cuda_runtime import require_cuda
 from .kernel import Kernel
 from .numba_cpu import CPURenderer
-from .numba_cuda import CUDARenderer, CudaKernel, require_cuda
 from .render import Renderer
 
 Overrides = Mapping[str, Mapping[str, Any]] | None
@@ -45,7 +48,7 @@ class Backend:
 
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (
-    Backend("cpu", _always, CPURenderer, Kernel),
+    Backend("cpu", _always, CPURenderer, CpuKernel),
     # one @cuda.jit kernel per stage; numba.cuda is imported when the generated module loads
     Backend("cuda", require_cuda, CUDARenderer, CudaKernel),
 )}

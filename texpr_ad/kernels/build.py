@@ -9,7 +9,8 @@ Pipeline: plan (`schedule.planner.plan_stages`, target-neutral) -> refine (the t
 own decisions, `backend.refine`) -> render (`backend.renderer`, pure) -> compile and call
 (`backend.kernel_class`).  The targets are the records of `kernels/backends.py`.
 Scheduling decisions are changed with `plan_overrides` (see `texpr_ad.schedule.planner`),
-or by passing an edited plan to `Kernel(plan)` (unchecked: your responsibility).
+or by passing an edited plan to the target's kernel class, `cpu_kernel.CpuKernel(plan)` or
+`cuda_kernel.CudaKernel(plan)` (unchecked: your responsibility).
 
 Environment: `TEXPR_DEBUG>=2` prints each plan, `>=3` also the source;
 `TEXPR_CACHE_DIR` sets the cache folder.

@@ -1,12 +1,17 @@
-"""`Kernel`: a compiled kernel, called with one array per input (checked against the plan).
+"""`Kernel`: the base of the compiled kernels, called with one array per input (checked
+against the plan).
 
-The CPU kernel is this class itself (Numba source compiled through the on-disk cache);
-other targets subclass it (`numba_cuda.CudaKernel`) and reuse the argument checks.
+The targets' kernel classes are siblings over it: `cpu_kernel.CpuKernel` (Numba CPU source
+compiled through the on-disk cache) and `cuda_kernel.CudaKernel` (a module of `@cuda.jit`
+kernels and their launcher).  The base renders the source, prints the plan and the source at
+`TEXPR_DEBUG` levels 2 and 3, checks the arrays passed against the plan's inputs (dtypes,
+ranks, shapes, symbolic dims, symbolic divisors) and turns the generated code's errors into
+the project's.
 """
 from __future__ import annotations
 
-import threading
-from typing import Any, Mapping, Sequence
+from abc import ABC, abstractmethod
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -21,7 +26,6 @@ from ..te.ops import Op
 from ..te.interp import NUMPY_IMPL
 from ..te.tensor import Tensor, shape_str
 from ..te.visit import walk
-from .numba_cpu import CPURenderer, compile_source
 from .render import Renderer
 
 
@@ -45,29 +49,45 @@ def index_error(e: IndexError) -> Exception:
         "outside the tensor: pass values in range or guard the read with te.if_then_else")
 
 
-class Kernel:
-    """A compiled kernel: call it with one array per input, in the order of `inputs`.
+class Kernel(ABC):
+    """A compiled kernel: call it with one array per input, in the order of `inputs`; it
+    returns a tuple with one array per output.  `plan` is what the scheduler decided (print
+    it), `source` the generated code.  `build` returns the target's subclass
+    (`backends.BACKENDS[target].kernel_class`)."""
 
-    Large intermediates (the renderer's `workspace`: im2col buffers, materialized
-    stages of 1 MiB or more) are allocated on a thread's first call and reused by its
-    later calls, as long as the kernel lives: fresh allocations that size come from
-    `mmap`, and faulting their pages in again on every call cost more than the stage
-    that fills them.  Outputs are always new arrays.
-    """
+    _fn: Callable[..., Any]  # the generated entry point, set by each target's __init__
 
-    def __init__(self, plan: Plan, renderer: Renderer | None = None) -> None:
+    def __init__(self, plan: Plan, renderer: Renderer) -> None:
         self.plan = plan
-        renderer = renderer or CPURenderer()
         self.source = renderer.render(plan)
-        self._ws_spec = [(tuple(int(s.value) for s in t.shape), t.dtype)  # type: ignore[attr-defined]
-                         for t in renderer.workspace(plan)]
-        self._ws = threading.local()
+        self._checked: dict[tuple, list[int]] = {}  # `_prepare`'s memo
+        self._divs: dict[Expr, tuple[Expr, str]] | None = None  # found on the first check
         level = debug_level()
         if level >= 2:
             print(plan)
         if level >= 3:
             print(self.source)
-        self._fn = compile_source(self.source)
+
+    @abstractmethod
+    def __call__(self, *arrays: Any) -> tuple[Any, ...]:
+        """The outputs, for one array per input."""
+
+    @abstractmethod
+    def _internal_error(self, e: Exception) -> str:
+        """The message when Numba fails on the generated code (a bug of ours, not the user's):
+        what failed and where the source is."""
+
+    def _run(self, *args: Any) -> Any:
+        """The generated entry point on `args`: an index out of range as a KernelIndexError,
+        Numba's own failures as a RuntimeError naming the source."""
+        try:
+            return self._fn(*args)
+        except IndexError as e:
+            raise index_error(e) from None
+        except Exception as e:
+            if type(e).__module__.startswith("numba"):
+                raise RuntimeError(self._internal_error(e)) from e
+            raise
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
@@ -76,29 +96,6 @@ class Kernel:
     @property
     def outputs(self) -> tuple[Tensor, ...]:
         return self.plan.outputs
-
-    def __call__(self, *arrays: Any) -> tuple[np.ndarray, ...]:
-        args, params = self._prepare(arrays)
-        ws = getattr(self._ws, "arrays", None)
-        if ws is None:
-            ws = self._ws.arrays = [np.empty(s, dtype=d if d != "bool" else np.bool_)
-                                    for s, d in self._ws_spec]
-        try:
-            res = self._fn(*args, *params, *ws)
-        except IndexError as e:
-            raise index_error(e) from None
-        except Exception as e:
-            if type(e).__module__.startswith("numba"):  # a bug of ours, not the user's: say where
-                raise RuntimeError(
-                    f"internal error: the generated kernel failed to compile ({type(e).__name__}); "
-                    f"its source is {self._fn.py_func.__code__.co_filename} (kernel.source); "
-                    f"please report it with print(kernel.plan)") from e
-            raise
-        out: list[np.ndarray] = []
-        for r, t in zip(res, self.plan.outputs, strict=True):
-            r = r.reshape(()) if t.ndim == 0 else r
-            out.append(r.copy() if any(np.may_share_memory(r, x) for x in out) else r)  # listed twice
-        return tuple(out)
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{t.name}{shape_str(t.shape)}:{t.dtype}" for t in self.inputs)
@@ -109,7 +106,7 @@ class Kernel:
         arrays of shapes and dtypes that passed the checks before skip them (a memo)."""
         if all(type(a) is np.ndarray for a in arrays):
             key = tuple((a.shape, a.dtype) for a in arrays)
-            memo = self.__dict__.setdefault("_checked", {})
+            memo = self._checked
             params = memo.get(key)
             if params is None:
                 args, params = self._check(arrays)
@@ -147,7 +144,7 @@ class Kernel:
                 sym = f" = {want} (with {binding})" if used else ""
                 raise KernelArgumentError(
                     f"input {t.name!r} must have shape {shape_str(t.shape)}{sym}, got {a.shape}")
-        if "_divs" not in self.__dict__:
+        if self._divs is None:
             self._divs = symbolic_divisors(self.plan)
         for b, (x, stage) in self._divs.items():
             if _index_value(b, env) == 0:

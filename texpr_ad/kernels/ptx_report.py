@@ -67,8 +67,10 @@ def compile_kernels(op: str, which: str, outputs: Sequence, inputs: Sequence,
 
     from ..schedule.cuda import strategy
     from . import cache
-    from .numba_cuda import CUDARenderer, numba_signature, plan_cuda
-    plan = plan_cuda(list(outputs), list(inputs))
+    from ..schedule.planner import plan_kernel
+    from .cuda_render import CUDARenderer
+    from .cuda_runtime import numba_signature
+    plan = plan_kernel(list(outputs), list(inputs), "cuda")
     mod = cache.load(CUDARenderer().render(plan))
     strategies = [strategy(st) for st in plan.stages]
     out: list[KernelStats] = []

@@ -1,0 +1,49 @@
+"""`CpuKernel`: the CPU target's kernel, Numba source compiled through the on-disk cache."""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from ..schedule.plan import Plan
+from .kernel import Kernel
+from .numba_cpu import CPURenderer, compile_source
+from .render import Renderer
+
+
+class CpuKernel(Kernel):
+    """A built CPU kernel: NumPy arrays in, NumPy arrays out.
+
+    Large intermediates (the renderer's `workspace`: im2col buffers, materialized
+    stages of 1 MiB or more) are allocated on a thread's first call and reused by its
+    later calls, as long as the kernel lives: fresh allocations that size come from
+    `mmap`, and faulting their pages in again on every call cost more than the stage
+    that fills them.  Outputs are always new arrays.
+    """
+
+    def __init__(self, plan: Plan, renderer: Renderer | None = None) -> None:
+        renderer = renderer or CPURenderer()
+        super().__init__(plan, renderer)
+        self._ws_spec = [(tuple(int(s.value) for s in t.shape), t.dtype)  # type: ignore[attr-defined]
+                         for t in renderer.workspace(plan)]
+        self._ws = threading.local()
+        self._fn = compile_source(self.source)
+
+    def __call__(self, *arrays: Any) -> tuple[np.ndarray, ...]:
+        args, params = self._prepare(arrays)
+        ws = getattr(self._ws, "arrays", None)
+        if ws is None:
+            ws = self._ws.arrays = [np.empty(s, dtype=d if d != "bool" else np.bool_)
+                                    for s, d in self._ws_spec]
+        res = self._run(*args, *params, *ws)
+        out: list[np.ndarray] = []
+        for r, t in zip(res, self.plan.outputs, strict=True):
+            r = r.reshape(()) if t.ndim == 0 else r
+            out.append(r.copy() if any(np.may_share_memory(r, x) for x in out) else r)  # listed twice
+        return tuple(out)
+
+    def _internal_error(self, e: Exception) -> str:
+        return (f"internal error: the generated kernel failed to compile ({type(e).__name__}); "
+                f"its source is {self._fn.py_func.__code__.co_filename} (kernel.source); "
+                f"please report it with print(kernel.plan)")

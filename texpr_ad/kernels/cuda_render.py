@@ -1,0 +1,371 @@
+"""The CUDA renderer: the expression rules of `numba.cuda` kernels and the pass that writes
+one `@cuda.jit` kernel per stage and the host function that launches them.
+
+Generated module: device helpers, one `@cuda.jit` kernel per materialized stage,
+`SIGNATURES` (argument dtypes and ranks of each kernel, for `compile_ptx`), and a
+host function `texpr_kernel(inputs..., dims...)` that allocates the intermediates
+and outputs as device arrays and launches the kernels in order on the default
+stream.  How each stage runs (thread per point, block tree reduction, injective or
+atomic scatter) is decided in `texpr_ad.schedule.cuda`; this module spells it out.
+The runtime the generated module calls is `kernels/cuda_runtime.py`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..schedule.cuda import rectangular_prefix
+from ..schedule.plan import ComputeStage, CudaStrategy, Plan, ScatterStage, wide_sum
+from ..te.expr import Call, Const, Expr, Read, Reduce
+from ..te.ops import Op
+from ..te.visit import walk
+from .render import (ERR_NAME, EXPR_RULES, KERNEL_NAME, WIDE_ZERO, Renderer, Rule, _atom,
+                     _is_placeholder, _Render, _reduce_groups, read_site, stage_unproven, top)
+
+
+# -- expression table: numba.cuda lacks most NumPy ufuncs in kernels, so use math.* ------------
+
+def _math(name: str) -> Rule:
+    return lambda e, a: f"math.{name}({a[0]})"
+
+
+_BIG = "4503599627370496.0"  # 2**52: floats at least this large (and inf, nan) are integral
+
+
+def _integral(fn: str) -> Rule:
+    """floor/ceil/trunc keeping the float type (math.* return int64 in Numba), exact for every
+    float; the identity on integers."""
+    def rule(e: Call, a: list[str]) -> str:
+        x = a[0]
+        if not e.dtype.startswith("float"):
+            return x
+        call = f"math.{fn}({x})" if fn != "trunc" else f"np.int64({x})"  # np.float32 lacks __trunc__
+        return f"(np.{e.dtype}({call}) if abs({x}) < {_BIG} else {x})"
+    return rule
+
+
+def _rint(e: Call, a: list[str]) -> str:  # half to even, like np.rint
+    x, t = a[0], e.dtype
+    if not t.startswith("float"):
+        return x
+    f = f"np.{t}(math.floor({x}))"
+    up = f"({x} - {f} > 0.5 or ({x} - {f} == 0.5 and math.fmod({f}, 2.0) != 0.0))"
+    return f"({x} if not abs({x}) < {_BIG} else ({f} + np.{t}(1.0) if {up} else {f}))"
+
+
+def _sign(e: Call, a: list[str]) -> str:  # nan and +-0 map to themselves, like np.sign
+    x, t = a[0], e.dtype
+    if t.startswith("float"):
+        return f"(np.{t}(1.0) if {x} > 0 else (np.{t}(-1.0) if {x} < 0 else {x}))"
+    return f"(1 if {x} > 0 else (-1 if {x} < 0 else 0))"
+
+
+def _one(dtype: str) -> str:
+    return f"np.{dtype}(1.0)"
+
+
+CUDA_RULES: dict[Op, Rule] = {
+    **EXPR_RULES,
+    Op.FLOORDIV: lambda e, a: (_integral("floor")(e, [f"({a[0]} / {a[1]})"])
+                               if e.dtype.startswith("float") else f"({a[0]} // {a[1]})"),
+    # builtin min/max and int() go through device functions, which compile_ptx cannot build
+    # without a GPU (see helper_decorator); the ufuncs inline (and propagate NaN like the CPU)
+    Op.MIN: lambda e, a: f"np.minimum({a[0]}, {a[1]})",
+    Op.MAX: lambda e, a: f"np.maximum({a[0]}, {a[1]})",
+    Op.EXP: _math("exp"), Op.LOG: _math("log"), Op.LOG1P: _math("log1p"), Op.SQRT: _math("sqrt"),
+    Op.RSQRT: lambda e, a: f"({_one(e.dtype)} / math.sqrt({a[0]}))",
+    Op.TANH: _math("tanh"),
+    Op.SIGMOID: lambda e, a: f"({_one(e.dtype)} / ({_one(e.dtype)} + math.exp(-{a[0]})))",
+    Op.SIN: _math("sin"), Op.COS: _math("cos"), Op.ATAN: _math("atan"),
+    Op.FLOOR: _integral("floor"), Op.CEIL: _integral("ceil"), Op.TRUNC: _integral("trunc"),
+    Op.ROUND: _rint, Op.SIGN: _sign, Op.STOP_GRADIENT: lambda e, a: a[0],
+    Op.TAN: _math("tan"), Op.SINH: _math("sinh"), Op.COSH: _math("cosh"), Op.ASIN: _math("asin"),
+    Op.ACOS: _math("acos"), Op.ASINH: _math("asinh"), Op.ACOSH: _math("acosh"),
+    Op.ATANH: _math("atanh"), Op.ATAN2: lambda e, a: f"math.atan2({a[0]}, {a[1]})",
+    Op.ISNAN: _math("isnan"),
+}
+
+# -- the renderer -------------------------------------------------------------------------------
+
+class CUDARenderer(Renderer):
+    """`numba.cuda.jit`: a grid-stride outer loop, guards by `range`, `cuda.atomic.add` scatters.
+
+    `reduce_block` is the shared-memory size of block reductions (a power of two);
+    the launcher may run them with fewer threads (any power of two up to it).
+    """
+
+    target = "cuda"
+    header = ("import math", "import numpy as np", "from numba import cuda",
+              "from texpr_ad.kernels.numba_cuda import device_copy, launch, zeros")
+    # No helper functions: calling a device function (cuda.jit(device=True), and also
+    # register_jitable) compiles it for the *current* device, so compile_ptx would need a GPU.
+    # Helpers are written as expressions instead (LLVM removes the repeated subexpressions).
+    helper_decorator = ""
+    # a data-dependent index out of bounds sets err[0] (and reads element 0 instead)
+    # (err[3s] = 1, err[3s + 1] = the largest and err[3s + 2] = the smallest offending index)
+    check_index = ("({i} if 0 <= {i} < {n} else cuda.atomic.max({err}, {s3}, 1) * 0 + "
+                   "cuda.atomic.max({err}, {s3} + 1, {i}) * 0 + cuda.atomic.min({err}, {s3} + 2, {i}) * 0)")
+    kernel_decorator = "@cuda.jit"
+    parallel_loop = ("for {var} in range(cuda.grid(1), {extent}, cuda.gridsize(1)):",)
+    block_loop = ("for {var} in range(cuda.blockIdx.x, {extent}, cuda.gridDim.x):",)
+    thread_loop = ("for {var} in range(cuda.threadIdx.x, {extent}, cuda.blockDim.x):",)
+    single_guard = "if cuda.grid(1) == 0:"
+    scatter_add = "{target} += {value}"
+    atomic_add = "cuda.atomic.add({array}, {index}, {value})"
+    alloc_empty = "cuda.device_array({shape}, dtype=np.{dtype})"
+    alloc_zeros = "zeros({shape}, np.{dtype})"
+    rules = CUDA_RULES
+    reduce_block = 256
+
+    def render(self, plan: Plan) -> str:
+        return _CudaRender(self, plan).source()
+
+
+@dataclass
+class _Kernel:
+    name: str
+    lines: list[str]
+    args: list[tuple[str, str, int]]  # (name, dtype, ndim); ndim 0 = scalar param
+    launch: str
+
+
+class _CudaRender(_Render):
+    r: CUDARenderer
+
+    def __init__(self, r: CUDARenderer, plan: Plan) -> None:
+        super().__init__(r, plan)
+        self.loop_lines: tuple[str, ...] = r.parallel_loop
+        self.site_extent: list[str] = []  # the extent each check compares with (host source)
+
+    def parallel_head(self, depth: int, var: str, extent: str) -> None:
+        for line in self.loop_lines:
+            self.emit(depth, line.format(var=var, extent=extent))
+
+    # -- top level -----------------------------------------------------------------------
+    def source(self) -> str:
+        p = self.plan
+        ins = [self.tensor(t) for t in p.inputs]
+        dims = [self.names.get(v, v.name) for v in p.params]
+        host: list[str] = []
+        kernels: list[_Kernel] = []
+        for st in p.stages:
+            self.lines, self.checked, self.scope = [], False, st.name
+            self.unproven = stage_unproven([st])
+            first_site = len(self.sites)
+            kname = self.names.fresh(f"k_{st.name}")
+            outs = list(st.tensors) if isinstance(st, ComputeStage) else [st.tensor]
+            for t, dtype in self.allocations(st):
+                shape = self.shape(t_shape(st))
+                tmpl = self.r.alloc_empty if isinstance(st, ComputeStage) else self.r.alloc_zeros
+                host.append(f"    {self.tensor(t)} = {tmpl.format(shape=shape, dtype=dtype)}")
+            launch = self.compute(st) if isinstance(st, ComputeStage) else self.scatter(st)
+            reads = [t for t in _reads(st) if all(t is not o for o in outs)]
+            args = [(self.tensor(t), t.dtype, max(t.ndim, 1)) for t in _unique(reads)]
+            args += [(self.tensor(t), t.dtype, max(t.ndim, 1)) for t in outs if t is not None]
+            if self.checked:
+                args.append((ERR_NAME, "int64", 1))
+            args += [(d, "int64", 0) for d in dims]
+            kernels.append(_Kernel(kname, self.lines, args, launch))
+            host.append(f"    {launch.format(k=kname)}({', '.join(a[0] for a in args)})")
+            if self.checked:
+                host.append(f"    errh = {ERR_NAME}.copy_to_host()")
+            for s in range(first_site, len(self.sites)):
+                site, n = self.sites[s], self.site_extent[s]
+                host.append(f"    if errh[{3 * s}] != 0:")
+                host.append(f"        raise IndexError({site!r}, errh[{3 * s + 2}] if errh[{3 * s + 2}] < 0 "
+                            f"else errh[{3 * s + 1}], {n})")
+        rets = [self.tensor(t) if not _is_placeholder(t) else f"device_copy({self.tensor(t)})"
+                for t in p.outputs]
+        out = [f"# generated by texpr_ad ({self.r.target}); outputs: "
+               f"{', '.join(t.name for t in p.outputs)}", *self.r.header]
+        for k in kernels:
+            out += ["", "", self.r.kernel_decorator,
+                    f"def {k.name}({', '.join(a[0] for a in k.args)}):", *k.lines]
+        out += ["", "", "SIGNATURES = {"]
+        out += [f"    {k.name!r}: {tuple((d, n) for _, d, n in k.args)!r}," for k in kernels]
+        out += ["}", "", "", f"def {KERNEL_NAME}({', '.join(ins + dims)}):"]
+        if self.any_check:
+            out.append(f"    {ERR_NAME} = zeros({3 * len(self.sites)}, np.int64)")
+        out += host
+        out.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
+        return "\n".join(out) + "\n"
+
+    def allocations(self, st: ComputeStage | ScatterStage) -> list[tuple[Any, str]]:
+        if isinstance(st, ScatterStage):
+            pairs = [(st.tensor, st.tensor.dtype)]
+        else:
+            pairs = [(t, b.dtype) for t, b in zip(st.tensors, st.bodies, strict=True) if t is not None]
+        return [(t, d if d != "bool" else "bool_") for t, d in pairs]
+
+    def check(self, i: str, n: str, site: str) -> str:
+        self.checked = self.any_check = True
+        self.sites.append(site)
+        self.site_extent.append(n)
+        return self.r.check_index.format(i=i if _atom(i) else f"({i})", n=n, err=ERR_NAME,
+                                         s3=3 * (len(self.sites) - 1))
+
+    def expr(self, e: Expr, env: dict[Expr, str]) -> str:
+        if isinstance(e, Read) and e not in env and (e in self.unproven or any(
+                isinstance(x, Read) for i in e.indices for x in walk(i))):
+            parts = []
+            for d, i in enumerate(e.indices):
+                s = top(super().expr(i, env))
+                if any(isinstance(x, Read) for x in walk(i)) or d in self.unproven.get(e, ()):
+                    s = self.check(s, f"{self.tensor(e.tensor)}.shape[{d}]", read_site(e, d, self.scope))
+                parts.append(s)
+            return f"{self.tensor(e.tensor)}[{', '.join(parts)}]"
+        return super().expr(e, env)
+
+    # -- compute stages ---------------------------------------------------------------------
+    def compute(self, st: ComputeStage) -> str:  # type: ignore[override]
+        how = st.cuda.strategy  # type: ignore[union-attr]
+        self.emit(1, f"# stage {st.name}: {how}" + (f"; inlined {', '.join(st.inlined)}"
+                                                   if st.inlined else ""))
+        if how is CudaStrategy.BLOCK:
+            return self.block_compute(st)
+        depth, serial = 1, st.order
+        if how is CudaStrategy.THREAD:
+            self.loop_lines = self.r.parallel_loop
+            depth = self.parallel_nest(depth, st.order[: st.fused], st.name)
+            serial = st.order[st.fused:]
+        else:
+            self.emit(1, self.r.single_guard)
+            depth = 2
+        for a in serial:
+            self.range_loop(depth, a, {})
+            depth += 1
+        env: dict[Expr, str] = {}
+        for red in _reduce_groups(st.bodies):
+            self.reduction(depth, red, env, st.name)
+        self.store(depth, st, env)
+        points = " * ".join(top(self.expr(a.extent, {})) for a in st.order[: st.fused]) or "1"
+        return f"launch({{k}}, {points}, 0)" if how is CudaStrategy.THREAD else "launch({k}, 1, 1)"
+
+    def store(self, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
+        idx = [self.axis(a) for a in st.axes]
+        for t, b in zip(st.tensors, st.bodies, strict=True):
+            if t is not None:
+                self.emit(depth, f"{self.index(t, idx)} = {top(self.expr(b, env))}")
+
+    def block_compute(self, st: ComputeStage) -> str:
+        """One block per output point; each reduction is strided over threads, then tree-combined."""
+        tid, step = self.names.fresh("tid"), self.names.fresh("s")
+        groups = _reduce_groups(st.bodies)
+        shared: list[list[str]] = []
+        for red in groups:
+            names = []
+            for src in red[0].source:
+                sh = self.names.fresh(f"{st.name}_sh")
+                dtype = "float64" if wide_sum(red[0]) else src.dtype if src.dtype != "bool" else "bool_"
+                self.emit(1, f"{sh} = cuda.shared.array({self.r.reduce_block}, np.{dtype})")
+                names.append(sh)
+            shared.append(names)
+        self.emit(1, f"{tid} = cuda.threadIdx.x")
+        depth = 1
+        if st.axes:
+            self.loop_lines = self.r.block_loop
+            depth = self.parallel_nest(1, st.order, st.name)
+        env: dict[Expr, str] = {}
+        for red, shs in zip(groups, shared, strict=True):
+            r = red[0]
+            comb, n = r.combiner, len(r.source)
+            wide = wide_sum(r)  # float64 partial sums per thread and in the tree, rounded once
+            accs = [self.names.fresh(f"{st.name}_acc" if n == 1 else f"{st.name}_acc{k}")
+                    for k in range(n)]
+            for a, ident in zip(accs, comb.identity, strict=True):
+                self.emit(depth, f"{a} = {WIDE_ZERO if wide else top(self.expr(ident, {}))}")
+            # flatten the reduction axes unless their bounds depend on each other (then stride
+            # the outermost one over the threads and run the rest serially)
+            dependent = any(v is b for a in r.axis for e in (a.lo, a.extent) for v in walk(e)
+                            for b in r.axis)
+            flat = 1 if dependent else len(r.axis)
+            self.loop_lines = self.r.thread_loop
+            d = self.parallel_nest(depth, r.axis[:flat], st.name)
+            for ax in r.axis[flat:]:
+                self.range_loop(d, ax, env)
+                d += 1
+            if not (isinstance(r.condition, Const) and r.condition.value is True):
+                self.emit(d, f"if {top(self.expr(r.condition, env))}:")
+                d += 1
+            self.combine(d, comb, accs, [self.expr(s, env) for s in r.source], accs, st.name)
+            for sh, a in zip(shs, accs, strict=True):
+                self.emit(depth, f"{sh}[{tid}] = {a}")
+            self.emit(depth, "cuda.syncthreads()")
+            self.emit(depth, f"{step} = cuda.blockDim.x // 2")
+            self.emit(depth, f"while {step} > 0:")
+            self.emit(depth + 1, f"if {tid} < {step}:")
+            tmps = [self.names.fresh(f"{st.name}_t") for _ in shs]
+            self.combine(depth + 2, comb, [f"{sh}[{tid}]" for sh in shs],
+                         [f"{sh}[{tid} + {step}]" for sh in shs], tmps, st.name)
+            for sh, t in zip(shs, tmps, strict=True):
+                self.emit(depth + 2, f"{sh}[{tid}] = {t}")
+            self.emit(depth + 1, "cuda.syncthreads()")
+            self.emit(depth + 1, f"{step} //= 2")
+            for sh, a in zip(shs, accs, strict=True):
+                self.emit(depth, f"{a} = {sh}[0]")
+            self.emit(depth, "cuda.syncthreads()")  # shared memory is reused by the next point
+            if wide:
+                accs = [self.narrow(depth, r, accs[0], st.name)]
+            if r.init:
+                self.combine(depth, comb, [self.expr(i, env) for i in r.init], accs, accs, st.name)
+            for g in red:
+                env[g] = accs[g.value_index]
+        self.emit(depth, f"if {tid} == 0:")
+        self.store(depth + 1, st, env)
+        points = " * ".join(top(self.expr(a.extent, {})) for a in st.order) or "1"
+        return f"launch({{k}}, {points}, {self.r.reduce_block})"
+
+    # -- scatter stages ----------------------------------------------------------------------
+    def scatter(self, st: ScatterStage) -> str:  # type: ignore[override]
+        how = st.cuda.strategy  # type: ignore[union-attr]
+        self.emit(1, f"# stage {st.name}: scatter-add, {how}")
+        depth, serial = 1, st.order
+        if how in (CudaStrategy.INJECTIVE, CudaStrategy.ATOMIC):
+            n = 1 if how is CudaStrategy.INJECTIVE else rectangular_prefix(st.order)
+            self.loop_lines = self.r.parallel_loop
+            depth = self.parallel_nest(1, st.order[:n], st.name)
+            serial = st.order[n:]
+            points = " * ".join(top(self.expr(a.extent, {})) for a in st.order[:n])
+        else:
+            self.emit(1, self.r.single_guard)
+            depth, points = 2, ""
+        for d, idx, value in self.scatter_updates(depth, st, serial):
+            if how is CudaStrategy.ATOMIC:
+                index = idx[0] if len(idx) == 1 else f"({', '.join(idx) or '0'})"
+                self.emit(d, self.r.atomic_add.format(array=self.tensor(st.tensor), index=index,
+                                                      value=value))
+            else:
+                self.emit(d, self.r.scatter_add.format(target=self.index(st.tensor, idx), value=value))
+        return f"launch({{k}}, {points}, 0)" if points else "launch({k}, 1, 1)"
+
+
+def t_shape(st: ComputeStage | ScatterStage) -> list[Expr]:
+    return list(st.shape) if isinstance(st, ScatterStage) else [a.extent for a in st.axes]
+
+
+def _reads(st: ComputeStage | ScatterStage) -> list:
+    """Tensors read by the stage (also inside reduction and scatter-domain bounds), in order of
+    first appearance."""
+    exprs = list(st.bodies) if isinstance(st, ComputeStage) else [e for u in st.updates for e in u.exprs]
+    out: list = []
+    todo = exprs + [b for a in st.order for b in (a.lo, a.extent)] if isinstance(st, ScatterStage) else exprs
+    seen: set[int] = set()
+    while todo:
+        e = todo.pop(0)
+        for x in walk(e):
+            if isinstance(x, Read):
+                out.append(x.tensor)
+            elif isinstance(x, Reduce):
+                for a in x.axis:
+                    if id(a) not in seen:
+                        seen.add(id(a))
+                        todo += [a.lo, a.extent]
+    return out
+
+
+def _unique(ts: Sequence) -> list:
+    out: list = []
+    for t in ts:
+        if all(t is not u for u in out):
+            out.append(t)
+    return out

@@ -1,0 +1,195 @@
+"""The CUDA runtime: whether a device (or the simulator) is there, the launch configuration,
+device allocation and copies, and host stand-ins of device arrays for the argument checks.
+
+Why the built-in `numba.cuda`: numba 0.68 still ships its CUDA target; the Numba docs
+mark it deprecated in favour of NVIDIA's `numba-cuda` package, but importing it gives
+no warning, `compile_ptx` works with the CUDA 13 toolkit here, and `numba-cuda`
+installs a redirector that takes over `import numba.cuda`.  The generated code uses
+only the public API shared by both (`cuda.jit`, `cuda.grid`, `cuda.gridsize`,
+`cuda.shared.array`, `cuda.syncthreads`, `cuda.atomic.add`, `math.*`), so installing
+the `cuda` extra (`numba-cuda[cu13]`) switches to the maintained target unchanged.
+`numba.cuda` is imported lazily (generated module, `load_cuda()`), so `import texpr_ad`
+works without it.  Generated modules import `launch`, `zeros` and `device_copy` through
+`kernels/numba_cuda.py`.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import TexprError
+
+
+class CudaUnavailableError(TexprError, RuntimeError):
+    """target='cuda' with neither a GPU nor the simulator."""
+
+
+# -- availability ---------------------------------------------------------------------------------
+
+def load_cuda() -> Any:
+    """`numba.cuda` (under the simulator, with its shared-array race fixed first)."""
+    from numba import cuda
+    if simulating():
+        _lock_simulator_shared_arrays()
+    return cuda
+
+
+def _lock_simulator_shared_arrays() -> None:
+    """Work around a race in Numba's CUDA simulator.
+
+    `FakeCUDAShared.array` looks an allocation up and creates it on a miss without a
+    lock, so two threads of one block can each create their own "shared" array and a
+    block reduction then combines partial sums that never meet (seen as rare wrong
+    results).  Serializing the lookup-or-create restores the CUDA semantics.
+    """
+    import sys
+    import threading
+    import traceback
+
+    from numba.core import types
+    from numba.cuda.simulator import kernelapi
+    from numba.np import numpy_support
+    shared = kernelapi.FakeCUDAShared
+    if getattr(shared, "_texpr_locked", False):
+        return
+    lock = threading.Lock()
+    unlocked = shared.array
+
+    def array(self: Any, shape: Any, dtype: Any) -> Any:
+        if shape == 0:  # dynamic shared memory: one buffer, nothing to race on
+            return unlocked(self, shape, dtype)
+        if isinstance(dtype, types.Type):
+            dtype = numpy_support.as_dtype(dtype)
+        caller = traceback.extract_stack(sys._getframe(1), limit=1)[0][0:2]  # the kernel line
+        with lock:
+            res = self._allocations.get(caller)
+            if res is None:
+                res = self._allocations[caller] = np.empty(shape, dtype)
+        return res
+
+    shared.array = array
+    shared._texpr_locked = True
+
+
+def simulating() -> bool:
+    from numba.core import config
+    return bool(config.ENABLE_CUDASIM)
+
+
+def require_cuda() -> None:
+    """Raise `CudaUnavailableError` unless a GPU or the CUDA simulator can run kernels."""
+    try:
+        cuda = load_cuda()
+    except ImportError as e:  # pragma: no cover - numba without its CUDA target
+        raise CudaUnavailableError(
+            f"target='cuda' needs numba.cuda, which cannot be imported ({e}); install the "
+            f"'cuda' extra (pip install 'texpr_ad[cuda]')") from e
+    if simulating() or cuda.is_available():
+        return
+    raise CudaUnavailableError(
+        "target='cuda' needs a CUDA GPU, but numba.cuda.is_available() is False (no GPU or "
+        "driver found) and Numba's CUDA simulator is off. To run the CUDA kernels on the CPU "
+        "(slowly, for testing), set NUMBA_ENABLE_CUDASIM=1 in the environment before Python "
+        "imports numba, e.g. `NUMBA_ENABLE_CUDASIM=1 python script.py`; otherwise use "
+        "target='cpu'.")
+
+
+def gpu_available() -> bool:
+    """Whether Numba sees a usable CUDA GPU (False without numba's CUDA target; the simulator
+    does not count: it runs kernels on host arrays, not on the tensors of a GPU framework)."""
+    try:
+        from numba import cuda
+        return bool(cuda.is_available())
+    except Exception:  # numba without its CUDA target  # noqa: BLE001
+        return False
+
+
+def synchronize() -> None:
+    """Wait for the kernels launched on Numba's default stream (`texpr_kernel` launches there),
+    so a framework reading the outputs on its own stream sees them finished."""
+    from numba import cuda
+    cuda.synchronize()
+
+
+# -- launch configuration -------------------------------------------------------------------------
+
+@dataclass
+class LaunchConfig:
+    threads: int = 128        # threads per block of thread-per-point kernels
+    max_blocks: int = 65535   # grid-stride loops cover the rest
+    reduce_threads: int = 256  # threads per block of block reductions (power of two)
+
+
+# The simulator runs every thread as a Python thread: small blocks and grids keep it
+# fast, and make the grid-stride loops take many steps (which the tests want anyway).
+CONFIG = LaunchConfig(threads=8, max_blocks=4, reduce_threads=8) if \
+    os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0") else LaunchConfig()
+
+
+def launch(kernel: Any, points: int, per_block: int) -> Any:
+    """`kernel[grid, block]`: per_block 0 = thread per point, 1 = one thread, else block per point."""
+    if per_block == 0:
+        threads = CONFIG.threads
+        blocks = max(1, min(-(-points // threads), CONFIG.max_blocks))
+    elif per_block == 1:
+        threads = blocks = 1
+    else:
+        threads = 1 << (min(per_block, CONFIG.reduce_threads).bit_length() - 1)
+        blocks = max(1, min(points, CONFIG.max_blocks))
+    return kernel[blocks, threads]
+
+
+def numba_signature(args: Sequence[tuple[str, int]]) -> tuple:
+    """Numba argument types for one entry of a module's SIGNATURES (C-contiguous arrays)."""
+    from numba import types
+    from numba.np.numpy_support import from_dtype
+    return tuple(types.int64 if n == 0 else types.Array(from_dtype(np.dtype(d if d != "bool" else
+                                                                                  "bool")), n, "C")
+                 for d, n in args)
+
+
+# -- device arrays --------------------------------------------------------------------------------
+
+_FILL: dict[str, Any] = {}
+
+
+def zeros(shape: int | tuple[int, ...], dtype: Any) -> Any:
+    """A zero-filled device array (a fill kernel on the GPU, a host copy in the simulator)."""
+    cuda = load_cuda()
+    if simulating():
+        return cuda.to_device(np.zeros(shape, dtype))
+    if "k" not in _FILL:
+        @cuda.jit
+        def fill0(a: Any) -> None:
+            for i in range(cuda.grid(1), a.size, cuda.gridsize(1)):
+                a[i] = 0
+        _FILL["k"] = fill0
+    size = int(np.prod(shape))
+    flat = cuda.device_array(size, dtype=dtype)
+    if size:
+        launch(_FILL["k"], size, 0)(flat)
+    return flat.reshape(shape)
+
+
+def device_copy(a: Any) -> Any:
+    out = load_cuda().device_array(a.shape, dtype=a.dtype)
+    out.copy_to_device(a)
+    return out
+
+
+def is_device_array(a: Any) -> bool:
+    return hasattr(a, "__cuda_array_interface__") or type(a).__name__ == "FakeCUDAArray"
+
+
+def host_stand_in(a: Any) -> np.ndarray:
+    """A zero-memory NumPy array with the shape and dtype of device array `a` (for the checks).
+    The dtype is read from `__cuda_array_interface__` where there is one: a torch tensor's
+    `.dtype` is a torch dtype NumPy cannot interpret."""
+    iface = getattr(a, "__cuda_array_interface__", None)
+    dtype = np.dtype(iface["typestr"]) if iface is not None else a.dtype
+    shape = tuple(iface["shape"]) if iface is not None else a.shape
+    return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape=shape,
+                                           strides=(0,) * len(shape))
