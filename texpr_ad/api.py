@@ -34,7 +34,7 @@ class CustomOpError(TexprError, TypeError):
     does not return te tensors."""
 
 
-def _param_names(fn: Callable[..., Any], n: int, op: str) -> list[str]:
+def param_names(fn: Callable[..., Any], n: int, op: str) -> list[str]:
     """One placeholder name per array, from `fn`'s positional parameters (`*xs` gives xs0, xs1,
     ...); raises CustomOpError when `n` arrays cannot be passed to `fn`."""
     try:
@@ -95,7 +95,7 @@ class CustomOp:
         hit = self._memo.get(exact) if concrete else None  # a SymInt is unhashable
         if hit is not None:
             return hit
-        names = _param_names(self.fn, len(exact), self.name)
+        names = param_names(self.fn, len(exact), self.name)
         pinned = {(k, j % len(exact[k][0])) for k, n in enumerate(names)
                   for j in self.static_dims.get(n, ()) if exact[k][0]}
         ranks = tuple((len(s), d) for s, d in exact)
@@ -139,7 +139,7 @@ class CustomOp:
         hit = self._defs.get(sig)
         if hit is not None:
             return hit
-        names = _param_names(self.fn, len(sig), self.name)
+        names = param_names(self.fn, len(sig), self.name)
         dims: dict[str, Any] = {}
         ins = []
         for (shape, d), n in zip(sig, names, strict=True):

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from texpr_ad.api import CustomOp, _param_names
+from texpr_ad.api import CustomOp, param_names
 from texpr_ad.arrays import KERNEL_DTYPES, OpArgumentError, op_arguments, op_dtype, static_shape
 from texpr_ad.errors import TexprError
 
@@ -83,7 +83,7 @@ class JaxOp:
     def _arg_names(self, n: int) -> list[str]:
         """The te function's parameter names for `n` arrays (for messages: a CustomOpError if
         it takes another count)."""
-        return _param_names(self.core.fn, n, self.name)
+        return param_names(self.core.fn, n, self.name)
 
     def _label(self, xs: Sequence[Any], k: int) -> str:
         return f"argument {k} ({self._arg_names(len(xs))[k]!r})"

@@ -53,7 +53,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from texpr_ad.api import CustomOp, _param_names, build
+from texpr_ad.api import CustomOp, build, param_names
 from texpr_ad import te
 from texpr_ad.deriv import grad
 from texpr_ad.pullback import Pullback
@@ -176,7 +176,7 @@ class TorchOp:
     def _arg_names(self, n: int) -> list[str]:
         """The te function's parameter names for `n` tensors (for messages: a CustomOpError if
         it takes another count)."""
-        return _param_names(self.core.fn, n, self.name)
+        return param_names(self.core.fn, n, self.name)
 
     def _label(self, xs: Sequence[torch.Tensor], k: int) -> str:
         return f"argument {k} ({self._arg_names(len(xs))[k]!r})"

@@ -20,10 +20,7 @@ PKG = Path(__file__).resolve().parents[2] / "texpr_ad"
 
 # (importing file relative to texpr_ad/, module imported from, name): why it is still there
 _CPU_WING = "the CPU scheduling/rendering wing is being rewritten (issue #25)"
-_TORCH = "api.param_names waits for torch.py, which another change is editing"
 KNOWN: dict[tuple[str, str, str], str] = {
-    ("jax.py", "texpr_ad.api", "_param_names"): _TORCH,
-    ("torch.py", "texpr_ad.api", "_param_names"): _TORCH,
     ("kernels/cpu_render.py", "texpr_ad.kernels.render", "_Render"): _CPU_WING,
     ("kernels/cpu_render.py", "texpr_ad.kernels.render", "_describe"): _CPU_WING,
     ("kernels/cpu_render.py", "texpr_ad.kernels.render", "_is_placeholder"): _CPU_WING,
