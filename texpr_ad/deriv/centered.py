@@ -73,7 +73,7 @@ def _mean_of(m: Read) -> tuple[Reduce, dict[Expr, Expr]] | None:
                   for a in red.axis)
           and len(r.indices) == len(op.axis)
           and all(i is a for i, a in zip(r.indices, op.axis, strict=True)))  # M[p] = R[p] / n
-    size = math.prod(int(a.extent.value) for a in red.axis)  # type: ignore[attr-defined]
+    size = math.prod([int(a.extent.value) for a in red.axis if isinstance(a.extent, Const)])
     if not ok or not math.isclose(scale * size, 1.0, rel_tol=1e-12):
         return None
     return red, dict(zip(rop.axis, m.indices, strict=True))

@@ -45,7 +45,7 @@ def _optimizer(opt: Any) -> Any:
     import torch
     from tvm.relax.training import optimizer as topt
     name = type(opt).__name__
-    groups = getattr(opt, "param_groups", None)
+    groups = getattr(opt, "param_groups", None) or []
     if not isinstance(opt, torch.optim.Optimizer) or len(groups) != 1:
         raise TorchTrainError(f"train_torch: optimizer= takes a torch.optim.SGD or Adam over the "
                               f"model's parameters (one parameter group), got {name}")
