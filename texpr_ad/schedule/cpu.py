@@ -21,6 +21,8 @@
                   on the output point (a convolution's input gradient), the constant axes
                   indexing both operands plainly are summed by a contraction `P` first,
                   and the stage sums the few remaining terms of P.
+   reorder      - (reorder.py) a reduction's independent axes loop in memory order, the axis
+                  read at unit stride innermost (an adjoint's sums list them as derived).
 7. accumulate   - a reduction whose reads stream along the innermost data axis but not
                   along the reduction accumulates whole rows (k-i-j order); a reduction
                   with too few output points to parallelize over is split into parallel
@@ -62,6 +64,7 @@ from . import cpu_implicit, normalize
 from .cpu_col2im import col2im_scatter
 from .cpu_invariants import hoist, workspace
 from .fuse import fuse
+from .reorder import reorder_reductions
 from .fuse import stage_reads as _reads
 from .loopnest import Place, refs
 from .nest import MIN_PARALLEL_CHUNKS, Expander, _const, _reduction_notes, _work, compute_stage
@@ -290,6 +293,8 @@ def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
             raise ScheduleError(f"stage {st.name!r} is not a contraction sum_k A[..] * B[..] over "
                                 f"plain axes covering whole operand dims with static sizes of at "
                                 f"least {MIN_BLAS_WORK} multiply-adds; remove the 'blas' override")
+    if not loop_keys:
+        st = reorder_reductions(st)
     if ov.get("accumulate", not loop_keys):
         acc = _accumulate(st)
         if acc is not None:

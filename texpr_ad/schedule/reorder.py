@@ -1,0 +1,79 @@
+"""CPU rewrite `reorder`: a reduction's loops run in memory order, the unit-stride axis innermost.
+
+An index expression fixes its reduction axes in the order the author (or the differentiator)
+listed them, not in the order its reads are laid out: group norm's backward sums
+`dy[b, g * cg + c, i, j]` over (i, j, c), so the innermost loop strides by H*W elements, misses
+the cache on every term and does not vectorize.  A sum, max or min of independent axes (each
+running over bounds that use no other loop axis) may fold its terms in any order, so this
+rewrite orders the axes by the smallest stride at which the source reads each in its largest
+tensors (what misses the cache; largest stride outermost, ties as written), and the later CPU steps (lanes, row accumulation) see
+the unit-stride axis innermost.  Sums then regroup within float rounding, as lanes do already;
+max and min are exact in any order.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind
+from ..te.visit import transform, walk
+from .nest import reduction_notes
+from .plan import ComputeStage
+
+KINDS = (ReduceKind.SUM, ReduceKind.MAX, ReduceKind.MIN)  # reducers whose terms commute exactly
+#                                                          or within float rounding
+
+
+def reorder_reductions(st: ComputeStage) -> ComputeStage:
+    """`st` with each reduction's axes in memory order (see the module docstring)."""
+    done: dict[tuple, tuple[IterVar, ...]] = {}
+    for r in (x for b in st.bodies for x in walk(b) if isinstance(x, Reduce)):
+        if r.loop_key not in done:
+            done[r.loop_key] = _memory_order(r)
+    new = {k: v for k, v in done.items() if v != k[2]}
+    if not new:
+        return st
+
+    def fn(x: Expr) -> Expr | None:
+        if isinstance(x, Reduce) and x.loop_key in new:
+            return replace(x, axis=new[x.loop_key])
+        return None
+    notes = [f"reordered: reduction loops {' > '.join(a.name for a in axes)} (written "
+             f"{' > '.join(a.name for a in key[2])}): innermost the axis read at the smallest "
+             f"stride" for key, axes in new.items()]
+    bodies = tuple(transform(b, fn) for b in st.bodies)
+    return replace(st, bodies=bodies, reduction=reduction_notes(bodies, st.axes),
+                   notes=(*st.notes, *notes))
+
+
+def _memory_order(r: Reduce) -> tuple[IterVar, ...]:
+    """`r`'s axes, largest read stride first, or as written where reordering is not sound."""
+    if len(r.axis) < 2 or r.combiner.kind not in KINDS or any(
+            isinstance(v, IterVar) for a in r.axis for e in (a.lo, a.extent) for v in walk(e)):
+        return r.axis
+    stride = {a: math.inf for a in r.axis}
+    reads = [x for s in r.source for x in walk(s) if isinstance(x, Read)]
+    big = max((_size(x) for x in reads), default=0.0)
+    for x in (x for x in reads if _size(x) == big):  # what misses the cache: the largest
+        for d, ix in enumerate(x.indices):
+            s = _dim_stride(x, d)
+            for v in walk(ix):
+                if v in stride:
+                    stride[v] = min(stride[v], s)  # type: ignore[index]
+    return tuple(sorted(r.axis, key=lambda a: -stride[a]))  # stable: ties as written
+
+
+def _dim_stride(x: Read, d: int) -> float:
+    """The row-major stride of dim `d` of the tensor `x` reads (inf past a symbolic dim)."""
+    return _elements(x.tensor.shape[d + 1:])
+
+
+def _size(x: Read) -> float:
+    return _elements(x.tensor.shape)
+
+
+def _elements(shape: tuple[Expr, ...]) -> float:
+    n = 1.0
+    for e in shape:
+        n *= float(e.value) if isinstance(e, Const) else math.inf
+    return n
