@@ -18,7 +18,7 @@ BUDGET = {
     "te": 2750,
     "deriv": 1700,
     "ops": 2700,
-    "schedule": 2800,
+    "schedule": 2850,
     "kernels": 3200,
     "relax_bridge": 3050,
     "report": 1450,

@@ -14,6 +14,7 @@ only shrinks.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "texpr_ad"
@@ -42,6 +43,7 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
+@functools.cache
 def private_imports(root: Path = PKG) -> dict[tuple[str, str, str], int]:
     """{(file relative to `root`, module, private name): line} for every private import of a
     module of the package at `root` (named `root.name`)."""
