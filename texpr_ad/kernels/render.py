@@ -171,7 +171,7 @@ class Names:
 
 class Renderer(ABC):
     """Plan -> source.  Each target subclasses it: fills the tables below and renders with its
-    own `_Render` pass (kernels/cpu_render.py, kernels/numba_cuda.py); this module holds only
+    own `_Render` pass (kernels/cpu_render.py, kernels/cuda_render.py); this module holds only
     what both share (expressions, names, loops, reductions, index checks)."""
 
     target = "abstract"
