@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 from ..schedule.loopnest import Loop, LoopKind, Place, StageRef, refs
 from ..schedule.plan import SUM_BLOCK, SUM_CHAIN, ComputeStage, ScatterStage, wide_sum
 from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind
+from ..te.visit import walk
 from .render import (CHECK_NAME, ERR_NAME, KERNEL_NAME, WIDE_ZERO, _describe, _is_placeholder, _is_zero,
                      _np_dtype, _reduce_groups, _Render, loop_entry_checks, stage_unproven, top)
 
@@ -184,7 +185,7 @@ class CPURender(_Render):
             z = self.names.fresh(f"{st.name}_z")
             self.parallel_head(1, z, f"{name}.shape[0]")
             self.emit(2, f"{name}[{z}].fill(0)" if len(st.shape) > 1 else f"{name}[{z}] = 0")
-        depth, serial = 1, st.order
+        depth, serial, bound = 1, st.order, {}
         if st.parallel_axis is not None and block:
             p, n = st.parallel_axis, int(st.parallel_axis.extent.value)  # type: ignore[attr-defined]
             b = self.names.fresh(f"{st.name}_b")
@@ -193,6 +194,7 @@ class CPURender(_Render):
             for a in st.order[1:]:
                 self.range_loop(depth, a, {})
                 depth += 1
+            bound = self.invariant_indices(depth, st, p)
             self.emit(depth, f"for {self.axis(p)} in range({b} * {block}, "
                              f"min({b} * {block} + {block}, {n})):")
             depth += 1
@@ -202,8 +204,22 @@ class CPURender(_Render):
             serial = st.order[1:]
             if own:
                 self.zero_slice(depth, st, self.axis(st.parallel_axis))
-        for d, idx, value in self.scatter_updates(depth, st, serial):
+        for d, idx, value in self.scatter_updates(depth, st, serial, bound):
             self.emit(d, self.r.scatter_add.format(target=self.index(t, idx), value=value))
+
+    def invariant_indices(self, depth: int, st: ScatterStage, p: IterVar) -> dict[tuple[int, int], str]:
+        """The target index dims of unconditional updates that the block loop over `p` does not
+        change, computed (and checked) once before it, so the block loop vectorizes."""
+        bound: dict[tuple[int, int], str] = {}
+        for k, u in enumerate(st.updates):
+            if not (isinstance(u.condition, Const) and u.condition.value is True):
+                continue  # the condition may be what keeps the index in bounds
+            for d, i in enumerate(u.index):
+                if d != st.parallel_dim and not isinstance(i, Const) and p not in walk(i):
+                    name = self.names.fresh(f"{st.name}_i{d}")
+                    self.emit(depth, f"{name} = {self.scatter_index(st, u, d)}")
+                    bound[k, d] = name
+        return bound
 
     def zero_slice(self, depth: int, st: ScatterStage, var: str) -> None:
         """`target[..., var].fill(0)`, looping over the dims before the parallel one."""

@@ -25,7 +25,7 @@ from ..te.ops import Op
 from ..te.affine import to_affine
 from ..te.bounds import Verdict, dead, dim_verdict, facts, unproven_dims
 from ..te.printer import expr_str
-from ..te.tensor import Tensor
+from ..te.tensor import ScatterUpdate, Tensor
 from ..te.visit import children, walk
 from ..schedule.plan import ComputeStage, Plan, ScatterStage, wide_sum
 
@@ -407,28 +407,34 @@ class _Render:
         self.sites.append(site)
         return check_call(i, n, len(self.sites) - 1)
 
-    def scatter_updates(self, depth: int, st: ScatterStage, serial: Sequence[IterVar]
+    def scatter_updates(self, depth: int, st: ScatterStage, serial: Sequence[IterVar],
+                        bound: dict[tuple[int, int], str] | None = None
                         ) -> Iterator[tuple[int, list[str], str]]:
         """Emit the serial loops of a scatter, then for each update its condition; yield
         (depth, target index, value) for the caller to emit the addition.  Index dims are
-        checked unless they are the injective parallel axis or a plain loop variable."""
+        checked unless they are the injective parallel axis or a plain loop variable; `bound`
+        holds (update, dim) indices already computed (and checked) outside the loops."""
         for a in serial:
             self.range_loop(depth, a, {})
             depth += 1
-        for u in st.updates:
+        for k, u in enumerate(st.updates):
             d0 = depth
             if not (isinstance(u.condition, Const) and u.condition.value is True):
                 self.emit(d0, f"if {top(self.expr(u.condition, {}))}:")
                 d0 += 1
-            idx = []
-            for d, i in enumerate(u.index):
-                s = top(self.expr(i, {}))
-                if scatter_dim_unproven(st, u, d):
-                    s = self.check(s, f"{self.tensor(st.tensor)}.shape[{d}]",
-                                   f"stage {st.name}: a scatter index is out of bounds: "
-                                   f"{st.tensor.name}[...] dim {d}, index `{expr_str(i)}`")
-                idx.append(s)
+            idx = [(bound or {}).get((k, d)) or self.scatter_index(st, u, d)
+                   for d in range(len(u.index))]
             yield d0, idx, top(self.expr(u.value, {}))
+
+    def scatter_index(self, st: ScatterStage, u: ScatterUpdate, d: int) -> str:
+        """Index dim `d` of update `u`'s target, checked unless proven in bounds."""
+        i = u.index[d]
+        s = top(self.expr(i, {}))
+        if scatter_dim_unproven(st, u, d):
+            s = self.check(s, f"{self.tensor(st.tensor)}.shape[{d}]",
+                           f"stage {st.name}: a scatter index is out of bounds: "
+                           f"{st.tensor.name}[...] dim {d}, index `{expr_str(i)}`")
+        return s
 
 
 
@@ -469,7 +475,7 @@ def loop_entry_checks(unproven: dict[Read, set[int]]) -> dict[IterVar, list[tupl
     return out
 
 
-def scatter_dim_unproven(st: ScatterStage, u, d: int) -> bool:  # type: ignore[no-untyped-def]
+def scatter_dim_unproven(st: ScatterStage, u: ScatterUpdate, d: int) -> bool:
     """A scatter's target index dim `d` must be checked (not proven inside the target)."""
     if d == st.parallel_dim and isinstance(u.index[d], IterVar):
         return False
