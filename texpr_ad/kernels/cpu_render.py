@@ -116,6 +116,7 @@ class CPURender(_Render):
             if sp:
                 self.emit(depth, f"{self.axis(a)} = {sp.factor} * {self.axis(sp.hi)} + {self.axis(sp.lo)}")
         for red in _reduce_groups(st.bodies):
+            self.hoist_fold(depth, st, red[0], env)
             if lanes > 1:
                 self.lane_reduction(depth, red, env, st.name, lanes)
             else:
@@ -138,6 +139,15 @@ class CPURender(_Render):
             self.emit(depth, f"{k} = {_RECIP_SCALE.format(d=env[b])}")
             self.emit(depth, f"{inv} = np.float32(1.0) / ({env[b]} * {k})")
             self.recip[b] = f"{inv} * {k}"
+
+    def hoist_fold(self, depth: int, st: ComputeStage, r: Reduce, env: dict[Expr, str]) -> None:
+        """The values every term of `r` shares (plan: fold_hoisted) into locals before its loops."""
+        mine = {x for s in r.source for x in walk(s)}
+        for e in st.cpu.fold_hoisted if st.cpu is not None else ():
+            if e in mine and e not in env:
+                name = self.names.fresh(f"{st.name}_h")
+                self.emit(depth, f"{name} = {top(self.expr(e, env))}")
+                env[e] = name
 
     def row_and_fold(self, depth: int, e: ComputeStage, st: ComputeStage) -> None:
         """`e`'s row loop with `st`'s lanes reduction folded in: each element is stored, then

@@ -5,13 +5,14 @@ workspace buffers reused across calls.  Both are printed in the plan and overrid
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce
 from ..te.ops import Op
 from ..te.tensor import Tensor
+from ..te.bounds import Verdict, dim_verdict
 from ..te.visit import children, walk
 from .plan import ComputeStage, Stage
 from .plan import with_cpu as _cpu
@@ -34,7 +35,36 @@ def hoist(st: Stage, ov: Mapping[str, Any]) -> Stage:
         inner |= {c.split.hi, c.split.lo}
     found = tuple(_invariant_exprs(st.bodies, inner))
     recips = tuple(_f32_divisors(st.bodies, set(found))) if ov.get("reciprocal", True) else ()
-    return _cpu(st, hoisted=found, reciprocals=recips)
+    folds = tuple(dict.fromkeys(e for r in _reduces(st.bodies, set(found)) for e in
+                                _invariant_exprs(r.source, set(r.axis), _safe, _conditioned(r))))
+    return _cpu(st, hoisted=found, reciprocals=recips, fold_hoisted=folds)
+
+
+def _conditioned(r: Reduce) -> bool:
+    return not (isinstance(r.condition, Const) and r.condition.value is True)
+
+
+def _reduces(bodies: Sequence[Expr], hoisted: set[Expr]) -> list[Reduce]:
+    """The reductions of `bodies` evaluated in the serial loops (not inside a value hoisted
+    before them), outermost only."""
+    out: dict[Reduce, None] = {}
+    stack = list(bodies)
+    while stack:
+        e = stack.pop()
+        if e in hoisted:
+            continue
+        if isinstance(e, Reduce):
+            out.setdefault(e, None)
+            continue
+        stack.extend(children(e))
+    return list(out)
+
+
+def _safe(e: Expr) -> bool:
+    """Every read in `e` is in bounds wherever it is evaluated (no guard needed): it may be
+    computed before the loops even where a select or `&` guards it."""
+    return all(dim_verdict(i, n) is Verdict.PROVEN for x in walk(e) if isinstance(x, Read)
+               for i, n in zip(x.indices, x.tensor.shape))
 
 
 def workspace(st: Stage, outputs: set[int], ov: Mapping[str, Any]) -> Stage:
@@ -53,11 +83,15 @@ def workspace(st: Stage, outputs: set[int], ov: Mapping[str, Any]) -> Stage:
     return _cpu(st, workspace=tuple(found)) if found else st
 
 
-def _invariant_exprs(bodies: Sequence[Expr], inner: set[IterVar]) -> list[Expr]:
+def _invariant_exprs(bodies: Sequence[Expr], inner: set[IterVar],
+                     unguarded: Callable[[Expr], bool] | None = None,
+                     guarded: bool = False) -> list[Expr]:
     """The largest subexpressions evaluated on every iteration that read a tensor but use none
     of the `inner` loop axes nor a reduction axis (`log(s[i])` in a loop over j): safe to compute
     once.  Select branches, the right side of `&`/`|` and conditioned reductions are not
-    entered (what they read may be guarded); reads at data-dependent indices stay in place."""
+    entered (what they read may be guarded), except for values `unguarded` accepts (all of
+    them if `guarded`: `bodies` are a conditioned reduction's terms); reads at data-dependent
+    indices stay in place."""
     found: dict[Expr, None] = {}
     reads: dict[int, bool] = {}  # a read below
     blocked: dict[int, bool] = {}  # a reduction or a data-dependent read below
@@ -70,26 +104,34 @@ def _invariant_exprs(bodies: Sequence[Expr], inner: set[IterVar]) -> list[Expr]:
         axes[id(x)] = frozenset((x,)) if isinstance(x, IterVar) else frozenset().union(
             *(axes[id(c)] for c in kids))
 
-    stack: list[tuple[Expr, frozenset[IterVar]]] = [(b, frozenset(inner)) for b in reversed(bodies)]
-    while stack:  # preorder, explicit stack
-        e, bound = stack.pop()
+    root = unguarded if guarded else None
+    stack: list[tuple[Expr, frozenset[IterVar], Callable[[Expr], bool] | None]] = [
+        (b, frozenset(inner), root) for b in reversed(bodies)]
+    while stack:  # preorder, explicit stack; `ok`: inside a branch, what may be hoisted
+        e, bound, ok = stack.pop()
         if isinstance(e, (Read, Call)) and reads[id(e)] and not blocked[id(e)] \
-                and not axes[id(e)] & bound:
+                and not axes[id(e)] & bound and (ok is None or ok(e)):
             found.setdefault(e, None)
             continue
+        inner_ok = ok or (unguarded if unguarded is not None else _never)
         match e:
-            case Call(op=Op.SELECT, args=(c, _, _)):
-                kids: tuple[tuple[Expr, frozenset[IterVar]], ...] = ((c, bound),)
-            case Call(op=Op.AND | Op.OR, args=(a, _)):
-                kids = ((a, bound),)
+            case Call(op=Op.SELECT, args=(c, a, b)):
+                nxt: list[tuple[Expr, frozenset[IterVar], Callable[[Expr], bool] | None]] = [
+                    (c, bound, ok), (a, bound, inner_ok), (b, bound, inner_ok)]
+            case Call(op=Op.AND | Op.OR, args=(a, b)):
+                nxt = [(a, bound, ok), (b, bound, inner_ok)]
             case Reduce():
                 if not (isinstance(e.condition, Const) and e.condition.value is True):
                     continue
-                kids = tuple((s, bound | frozenset(e.axis)) for s in e.source + e.init)
+                nxt = [(s, bound | frozenset(e.axis), ok) for s in e.source + e.init]
             case _:
-                kids = tuple((c, bound) for c in children(e))
-        stack.extend(reversed(kids))
+                nxt = [(c, bound, ok) for c in children(e)]
+        stack.extend(reversed(nxt))
     return list(found)
+
+
+def _never(e: Expr) -> bool:
+    return False
 
 
 def _f32_divisors(bodies: Sequence[Expr], hoisted: set[Expr]) -> list[Expr]:

@@ -213,8 +213,9 @@ class CpuStagePlan:
     regroup into SIMD lanes), `split` (the innermost loop axis runs as two loops, axis =
     factor * hi + lo, as the bodies use it only as axis // factor and axis % factor: a
     reshape's unflattening), `hoisted` (loop-invariant values computed once before the
-    serial loops, in order) and `reciprocals` (hoisted float32 divisors whose quotients
-    become products with the reciprocal).  Scatter stages: `block` (prange over blocks of
+    serial loops, in order), `reciprocals` (hoisted float32 divisors whose quotients
+    become products with the reciprocal) and `fold_hoisted` (values a reduction's terms share,
+    computed once before its loops).  Scatter stages: `block` (prange over blocks of
     that many values of the parallel axis, innermost).  Both: `workspace` (the stage's
     intermediates passed in as preallocated arrays, reused across calls).  Which stages
     share a loop is not a stage decision: it is the plan's `nest` (loopnest.py).
@@ -226,6 +227,7 @@ class CpuStagePlan:
     split: Split | None = None
     hoisted: tuple[Expr, ...] = ()
     reciprocals: tuple[Expr, ...] = ()
+    fold_hoisted: tuple[Expr, ...] = ()
     block: int = 0
     workspace: tuple[Tensor, ...] = ()
 
@@ -435,6 +437,9 @@ def _cpu_lines(c: CpuStagePlan) -> list[str]:
     if c.hoisted:
         out.append(f"  hoisted: {'; '.join(expr_str(e) for e in c.hoisted)} (loop-invariant: "
                    f"computed once before the serial loops, which LLVM cannot do past stores)")
+    if c.fold_hoisted:
+        out.append(f"  hoisted out of its reduction loops: "
+                   f"{'; '.join(expr_str(e) for e in c.fold_hoisted)} (the same for every term)")
     if c.reciprocals:
         out.append(f"  reciprocal: float32 division by {', '.join(expr_str(e) for e in c.reciprocals)}"
                    f" as a product with its reciprocal, computed once (within 1 ulp; scaled by "
