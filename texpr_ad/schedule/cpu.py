@@ -1,7 +1,7 @@
 """CPU strategies of the planner (steps 6-8), applied to stages with static sizes.
 
-6. contraction  - a stage `sum_K A[..] * B[..]` whose indices are plain axes covering
-                  whole operand dims (matmul, dense, batch_matmul and their adjoints)
+6. contraction  - a stage `sum_K A[..] * B[..]` (contraction.py) whose indices are plain axes
+                  covering whole operand dims (matmul, dense, batch_matmul and their adjoints)
                   runs as one batched `np.matmul` (BLAS, called in Numba object mode),
                   when its static size is at least `MIN_BLAS_WORK` multiply-adds and it is
                   a matrix-matrix product (dots and matrix-vector products stay loops); of
@@ -58,9 +58,12 @@ from typing import Any, Mapping, Sequence
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, ReduceKind, const
 from ..te.ops import Op
 from ..te.printer import expr_str
+from ..te.reduce import sum as te_sum
 from ..te.simplify import simplify
+from ..te.tensor import compute, reduce_axis
 from ..te.visit import bounds_depend_on_axes, children, substitute, walk
 from . import cpu_implicit, normalize
+from .contraction import Operand, Role, SumOfProduct, normal_form, product
 from .cpu_col2im import col2im_scatter
 from .cpu_invariants import hoist, workspace
 from .fuse import fuse
@@ -187,35 +190,25 @@ def factor_contraction(st: ComputeStage, ov: Mapping[str, Any],
     `sum_{R, C} A * B = sum_R P[..]` with `P = sum_C A * B` over whole dims, a contraction
     (BLAS) of a size comparable to the stage's output."""
     loop_keys = {"order", "fuse", "parallel"} & set(ov)
-    if not ov.get("blas", not loop_keys) or len(st.bodies) != 1 or st.tensors[0] is None:
+    f = normal_form(st) if ov.get("blas", not loop_keys) else None
+    if f is None or f.body.init or any(o.g.cond is not None or not o.closed for o in (f.a, f.b)):
         return None, st
-    body = st.bodies[0]
-    if not (isinstance(body, Reduce) and body.combiner.kind is ReduceKind.SUM and len(body.source) == 1
-            and not body.init and body.dtype in ("float32", "float64")):
-        return None, st
-    src = body.source[0]
-    if not (isinstance(src, Call) and src.op is Op.MUL
-            and all(isinstance(a, Read) and a.dtype == body.dtype for a in src.args)):
-        return None, st
-    ra, rb = src.args
-    if any(isinstance(x, Read) for r in (ra, rb) for i in r.indices for x in walk(i)):
-        return None, st
+    body, ra, rb = f.body, f.a.read, f.b.read
 
-    def plain_in(k: IterVar, r: Read) -> bool:
-        return sum(1 for i in r.indices if i is k) == 1 and all(
-            i.extent.same_as(d) for i, d in zip(r.indices, r.tensor.shape, strict=True)
-            if i is k)
+    def plain_in(k: IterVar, o: Operand) -> bool:
+        hits = [ix for ix in o.index if ix.expr is k]
+        return len(hits) == 1 and hits[0].plain is k
 
     const_axes = [k for k in body.axis if _is_zero(k.lo) and isinstance(k.extent, Const)
-                  and plain_in(k, ra) and plain_in(k, rb)
-                  and not any(k in walk(c) for c in (body.condition,))]
+                  and plain_in(k, f.a) and plain_in(k, f.b) and k not in walk(body.condition)]
     rest = [k for k in body.axis if k not in const_axes]
     if not const_axes or not rest:
         return None, st
     cset = set(const_axes)
-    keep = [[(d, i) for d, i in enumerate(r.indices) if i not in cset] for r in (ra, rb)]
-    if any(k in walk(i) for g in keep for _, i in g for k in const_axes):
+    kept = [[(d, ix) for d, ix in enumerate(o.index) if ix.expr not in cset] for o in (f.a, f.b)]
+    if any(v in cset for g in kept for _, ix in g for v in ix.axes):
         return None, st
+    keep = [[(d, ix.expr) for d, ix in g] for g in kept]
     groups = _factor_layout(st, rest, [(ra, keep[0]), (rb, keep[1])])
     dims = [r.tensor.shape[d] for r, g in groups for d, _ in g]
     size = _work([IterVar("_", const(0), e) for e in dims], ())
@@ -223,26 +216,20 @@ def factor_contraction(st: ComputeStage, ov: Mapping[str, Any],
     if math.isinf(size) or size > MAX_IM2COL or size > 16 * points \
             or size * _work(const_axes, ()) < MIN_BLAS_WORK:
         return None, st
-    from ..te import tensor as tt
-    from ..te.reduce import sum as te_sum
-    from ..te.tensor import reduce_axis
     name = f"{st.name}_factor"
-    names = [f"p{k}" for k in range(len(dims))]
 
     def fcompute(*ax: IterVar) -> Expr:
-        cs = {k: reduce_axis((0, k.extent), k.name) for k in const_axes}
+        cs: dict[Expr, IterVar] = {k: reduce_axis((0, k.extent), k.name) for k in const_axes}
         at = dict(zip(((id(r), d) for r, g in groups for d, _ in g), ax))  # P's dim of each
         idx = {id(r): [cs[i] if i in cset else at[id(r), d] for d, i in enumerate(r.indices)]
                for r in (ra, rb)}
         return te_sum(ra.tensor[tuple(idx[id(ra)])] * rb.tensor[tuple(idx[id(rb)])],
                       axis=list(cs.values()))
 
-    fcompute.axis_names = names  # type: ignore[attr-defined]
-    p = tt.compute(tuple(dims), fcompute, name=name)
-    p_stage = compute_stage(p.op, name, False, expand, {}, {(id(p.op), 0): p})
-    p_stage = replace(p_stage, notes=(f"materialized: the sum over "
-                                      f"{', '.join(k.name for k in const_axes)} of stage {st.name}, "
-                                      f"factored out as a contraction",))
+    fcompute.axis_names = [f"p{k}" for k in range(len(dims))]  # type: ignore[attr-defined]
+    p = compute(tuple(dims), fcompute, name=name)
+    p_stage = _pre_stage(p, f"the sum over {', '.join(k.name for k in const_axes)} of stage "
+                            f"{st.name}, factored out as a contraction", expand=expand)
     new_body = replace(body, source=(p[tuple(i for _, g in groups for _, i in g)],), axis=tuple(rest))
     return p_stage, replace(st, bodies=(new_body,),
                             reduction=_reduction_notes((new_body,), st.axes),
@@ -366,13 +353,6 @@ def _is_zero(e: Expr) -> bool:
     return isinstance(e, Const) and e.value == 0
 
 
-def _plain(r: Read, axes: set[IterVar]) -> bool:
-    """Every index of `r` is a distinct axis of `axes` running over the whole dim."""
-    return len(set(r.indices)) == len(r.indices) and all(
-        isinstance(ix, IterVar) and ix in axes and _is_zero(ix.lo) and ix.extent.same_as(dim)
-        for ix, dim in zip(r.indices, r.tensor.shape, strict=True))
-
-
 def im2col(st: ComputeStage, ov: Mapping[str, Any],
             expand: Expander) -> tuple[tuple[ComputeStage, ...], ComputeStage]:
     """Split `sum_K A[plain] * B[affine]` (a convolution and its weight gradient) into a gather
@@ -380,60 +360,38 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
     on texpr_ad's GEMM, into the stages an implicit im2col reads (`_implicit`): the stages to
     run first, and the contraction stage."""
     loop_keys = {"order", "fuse", "parallel"} & set(ov)
-    if not ov.get("blas", not loop_keys):
+    f = normal_form(st) if ov.get("blas", not loop_keys) else None
+    box = normalize.boxed(f.body, st.axes) if f is not None and f.simple else None
+    if box is not None:  # dependent windows -> constant hull + guard
+        f = normal_form(replace(st, bodies=(box.body,)))
+    if (f is None or not f.simple or f.a.plain == f.b.plain
+            or any(not (_is_zero(k.lo) and isinstance(k.extent, Const)) for k in f.red)):
         return (), st
-    body = _single_sum(st)
-    if body is None:
-        return (), st
-    box = normalize.boxed(body, st.axes)  # dependent windows -> constant hull + guard
-    if box is not None:
-        body = box.body
-    src = body.source[0]
-    if not (isinstance(src, Call) and src.op is Op.MUL
-            and all(a.dtype == body.dtype for a in src.args)):
-        return (), st
-    data, red = tuple(st.axes), tuple(body.axis)
-    allax = set(data) | set(red)
-    if any(not (_is_zero(k.lo) and isinstance(k.extent, Const)) for k in red):
-        return (), st
-    plain = [isinstance(r, Read) and _plain(r, allax) for r in src.args]
-    if plain != [True, False] and plain != [False, True]:
-        return (), st
-    a, other = (src.args[0], src.args[1]) if plain[0] else (src.args[1], src.args[0])
-    assert isinstance(a, Read)
     # the gathered operand in normal form: a guarded read, padding stages folded in
-    gathered = normalize.gather_operand(other)
-    if gathered is not None and box is not None:
-        gathered = normalize.with_guard(gathered, box.cond)
-    if gathered is None or not normalize.axes_only(gathered, allax):
+    f = (f if f.a.plain else f.swapped()).gathered(None if box is None else box.cond)
+    if not f.b.closed or any(f.role(k) is not Role.K for k in f.red):
         return (), st
-    g = gathered.read
-    used = {v for i in g.indices for v in walk(i)}
-    if any(k not in used or k not in a.indices for k in red):
-        return (), st
+    data, red, gathered = f.data, f.red, f.b.g
     if ov.get("implicit", True):
-        done = _implicit(st, body, a, gathered, box)
+        done = _implicit(st, f, box)
         if done is not None:
             return done
     # the group (data axes of the gather, or K) holding the longest axis of B's contiguous dim
     # goes last: the gather then streams along it on both sides, and the product's operand
     # is a plain reshape of `col` (rows K x columns data for a convolution: Caffe's layout)
-    inner = [v for v in walk(g.indices[-1]) if isinstance(v, IterVar) and v in allax]
+    inner = list(f.b.index[-1].axes)
     last = max(inner, key=lambda v: _const(v.extent) or 0) if inner else None
-    cols = [x for x in data if x in used]
-    axes = list(red) + cols if last in cols else cols + list(red)
     # the output's leading axes that only the gather indexes (a convolution's batch) go first
     # when each of their entries is a large product: `col[n]` is then the operand of one
     # product per entry whose result is the output's own slice `Y[n]` (see _shared_batch)
-    lead = list(itertools.takewhile(lambda x: x in cols and x not in a.indices, data))
+    cols, lead = f.axes(Role.BATCH, Role.N), f.leading(Role.N)
     inner = [x for x in cols if x not in lead]
-    if lead and inner and _work([x for x in data if x not in lead], ()) * _work(list(red), ()) \
-            >= SHARED_BATCH_MIN_WORK:
-        axes = lead + (list(red) + inner if last in inner else inner + list(red))
+    if not inner or f.per_entry(lead) < SHARED_BATCH_MIN_WORK:
+        lead, inner = [], cols
+    axes = lead + (list(red) + inner if last in inner else inner + list(red))
     size = _work(axes, ())
-    if math.isinf(size) or size > MAX_IM2COL or _work(data, (body,)) < MIN_BLAS_WORK:
+    if math.isinf(size) or size > MAX_IM2COL or f.work < MIN_BLAS_WORK:
         return (), st
-    from ..te.tensor import compute
     name = f"{st.name}_im2col"
 
     def gather(*new: IterVar) -> Expr:
@@ -441,196 +399,112 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
 
     gather.axis_names = [x.name for x in axes]  # type: ignore[attr-defined]
     col = compute(tuple(x.extent for x in axes), gather, name=name)
-    col_stage = compute_stage(col.op, name, False, expand, {}, {(id(col.op), 0): col})
-    why = [f"materialized: im2col gather of {g.tensor.name} for the contraction -> BLAS of "
-           f"stage {st.name}"]
+    g = gathered.read
+    why = []
     if gathered.cond is not None:
         why.append(f"guarded gather: zero where {expr_str(gathered.cond)} fails (the padding "
                    f"guard of the read, kept in the gather instead of a padded copy)")
     if gathered.folded:
         why.append(f"folded: padding stage {', '.join(gathered.folded)} evaluated in the gather "
                    f"(no padded copy of {g.tensor.name} is read)")
-    col_stage = replace(col_stage, notes=tuple(why))
-    new_src = Call(Op.MUL, (a, col[tuple(axes)]), body.dtype)
-    new_body = replace(body, source=(new_src,))
-    notes = [f"im2col: {g.tensor.name} gathered by {name}"]
-    notes = [*_box_note(box, a), *notes]
-    return (col_stage,), replace(st, bodies=(new_body,), notes=(*st.notes, *notes),
-                              reduction=_reduction_notes((new_body,), st.axes))
+    col_stage = _pre_stage(col, f"im2col gather of {g.tensor.name} for the contraction -> BLAS "
+                                f"of stage {st.name}", *why, expand=expand)
+    return (col_stage,), _times_a(st, f, box, col[tuple(axes)],
+                                  f"im2col: {g.tensor.name} gathered by {name}")
 
 
-def _box_note(box: normalize.Boxed | None, a: Read) -> list[str]:
-    """The plan note of a contraction whose dependent windows were boxed (if they were)."""
-    if box is None:
-        return []
-    hulls = ", ".join(f"{k} in [{lo}, {hi})" for k, lo, hi in box.hulls)
-    return [f"boxed: the windows of {', '.join(k for k, _, _ in box.hulls)} depend on the output "
-            f"point; summed over their hull ({hulls}) with the windows as the gather's guard, a "
-            f"contraction again (a non-finite {a.tensor.name} value then meets the guard's zeros: "
-            f"NaN where the windows would skip it; override blas=False keeps the windows)"]
-
-
-def _implicit(st: ComputeStage, body: Reduce, a: Read, gathered: normalize.Guarded,
-              box: normalize.Boxed | None) -> tuple[tuple[ComputeStage, ...], ComputeStage] | None:
-    """`im2col` without the gather: the product reads a padded copy of the gathered tensor in
-    place (`cpu_implicit.py`), or None where that does not apply."""
-    data, red = tuple(st.axes), tuple(body.axis)
-    used = {v for i in gathered.read.indices for v in walk(i)}
-    lead = list(itertools.takewhile(lambda x: x in used and x not in a.indices, data))
-    mids = [x for x in data if x not in used]
-    inner = [x for x in data if x in used and x not in lead]
-    if _work(data, (body,)) < MIN_BLAS_WORK:
+def _implicit(st: ComputeStage, f: SumOfProduct, box: normalize.Boxed | None
+              ) -> tuple[tuple[ComputeStage, ...], ComputeStage] | None:
+    """`im2col` without the gather: the product reads a padded copy of the gathered operand
+    `f.b` in place (`cpu_implicit.py`), as B's rows (`window`: a convolution, its input
+    gradient) or A's (`weight_window`: its weight gradient), or None where that does not apply."""
+    if f.work < MIN_BLAS_WORK:
         return None
-    imp = None
-    if set(a.indices) == set(mids) | set(red):
-        imp = cpu_implicit.window(gathered, body.dtype, lead, mids, inner, red, data, st.name)
-    if imp is None:
-        return _implicit_weight(st, body, a, gathered, box)
-    w = imp.window
-    sizes = (_product([x.extent for x in lead]), _product([x.extent for x in mids]),
-             _product([k.extent for k in red]), const(w.cols, "int64"))
-    c = Contraction(a.tensor, imp.read.tensor, tuple(a.indices.index(x) for x in (*mids, *red)),
-                    (), sizes, tuple(x.extent for x in data), None, "a", w)  # type: ignore[arg-type]
-    new_body = replace(body, source=(Call(Op.MUL, (a, imp.read), body.dtype),))
-    notes = [*_box_note(box, a),
-             f"implicit im2col: the product reads {imp.read.tensor.name} in place as a sliding "
-             f"window (no gather of {gathered.read.tensor.name} is stored)"]
-    pre = () if imp.padded is None else (_pre_stage(
-        imp.padded, f"{gathered.read.tensor.name} padded for the implicit im2col of stage {st.name}"),)
-    st = _cpu(st, bodies=(new_body,), notes=(*st.notes, *notes), contraction=c, parallel=False,
-              fused=0, reduction=_reduction_notes((new_body,), st.axes))
-    return pre, st
-
-
-def _pre_stage(t: Any, why: str) -> ComputeStage:
-    """The stage computing `t` (built by a CPU strategy), with why it is materialized."""
-    return replace(compute_stage(t.op, t.name, False, _NO_EXPAND, {}, {(id(t.op), 0): t}),
-                   notes=(f"materialized: {why}",))
-
-
-def _implicit_weight(st: ComputeStage, body: Reduce, a: Read, gathered: normalize.Guarded,
-                     box: normalize.Boxed | None
-                     ) -> tuple[tuple[ComputeStage, ...], ComputeStage] | None:
-    """The weight gradient of a convolution as a product of windows of its padded input with
-    the zero-padded head (`cpu_implicit.weight_window`), or None."""
-    data, red = tuple(st.axes), tuple(body.axis)
-    imp = cpu_implicit.weight_window(gathered, a, body.dtype, red, data, st.name)
+    imp = cpu_implicit.window(f, st.name) or cpu_implicit.weight_window(f, st.name)
     if imp is None:
         return None
-    w = imp.window
-    natural = (*imp.rows, *imp.cols)
-    sizes = (_product([x.extent for x in imp.batch]), _product([x.extent for x in imp.rows]),
-             const(w.cols, "int64"), _product([x.extent for x in imp.cols]))
-    c = Contraction(imp.read.tensor, imp.head, (), (), sizes,  # type: ignore[arg-type]
-                    tuple(x.extent for x in natural),
-                    None if natural == data else tuple(natural.index(x) for x in data), "", w)
-    new_body = replace(body, source=(Call(Op.MUL, (a, imp.read), body.dtype),))
+    a, x, y = f.a.read, f.b.read.tensor.name, imp.read.tensor.name
     why = f"for the implicit im2col of stage {st.name}"
-    stages = (*(() if imp.padded is None else (
-        _pre_stage(imp.padded, f"{gathered.read.tensor.name} padded {why}"),)),
-        _pre_stage(imp.head, f"{a.tensor.name} on the padded grid (zero in the padded columns) "
-                             f"{why}"))
-    notes = [*_box_note(box, a),
-             f"implicit im2col: the product reads windows of {imp.read.tensor.name} in place "
-             f"as its rows (no gather of {gathered.read.tensor.name} is stored)"]
-    st = _cpu(st, bodies=(new_body,), notes=(*st.notes, *notes), contraction=c, parallel=False,
-              fused=0, reduction=_reduction_notes((new_body,), st.axes))
-    return stages, st
+    pre = [] if imp.padded is None else [(imp.padded, f"{x} padded {why}")]
+    how = f"{y} in place as a sliding window"
+    if imp.head is not None:
+        pre.append((imp.head, f"{a.tensor.name} on the padded grid (zero in the padded columns) "
+                              f"{why}"))
+        how = f"windows of {y} in place as its rows"
+    return tuple(_pre_stage(t, w) for t, w in pre), _times_a(
+        st, f, box, imp.read, f"implicit im2col: the product reads {how} (no gather of {x} is "
+                              f"stored)", contraction=imp.contraction, parallel=False, fused=0)
 
 
-def _product(exts: Sequence[Expr]) -> Expr:
-    out: Expr = const(1, "int64")
-    for e in exts:
-        if isinstance(out, Const) and isinstance(e, Const):
-            out = const(int(out.value) * int(e.value), "int64")
-        else:
-            out = e if isinstance(out, Const) and out.value == 1 else out * e
-    return out
+def _times_a(st: ComputeStage, f: SumOfProduct, box: normalize.Boxed | None, b: Expr,
+             note: str, **cpu: Any) -> ComputeStage:
+    """Stage `st` summing `f.a` times `b`, the gathered operand's new read (`cpu`: the plan),
+    noting the boxed windows (if they were)."""
+    body = replace(f.body, source=(Call(Op.MUL, (f.a.read, b), f.body.dtype),))
+    notes = [*st.notes, note]
+    if box is not None:
+        hulls = ", ".join(f"{k} in [{lo}, {hi})" for k, lo, hi in box.hulls)
+        notes.insert(-1, f"boxed: the windows of {', '.join(k for k, _, _ in box.hulls)} depend "
+                         f"on the output point; summed over their hull ({hulls}) with the windows "
+                         f"as the gather's guard, a contraction again (a non-finite "
+                         f"{f.a.read.tensor.name} value then meets the guard's zeros: NaN where "
+                         f"the windows would skip it; override blas=False keeps the windows)")
+    return _cpu(st, bodies=(body,), notes=tuple(notes), reduction=_reduction_notes((body,), st.axes),
+                **cpu)
 
 
-def _single_sum(st: ComputeStage) -> Reduce | None:
-    """The stage's body if it is one unconditional float sum without init, else None."""
-    if len(st.bodies) != 1 or st.tensors[0] is None:
-        return None
-    b = st.bodies[0]
-    if not (isinstance(b, Reduce) and b.combiner.kind is ReduceKind.SUM and len(b.source) == 1
-            and not b.init and isinstance(b.condition, Const) and b.condition.value is True
-            and b.dtype in ("float32", "float64")):
-        return None
-    return b
+def _pre_stage(t: Any, why: str, *more: str, expand: Expander = _NO_EXPAND) -> ComputeStage:
+    """The stage computing `t` (built by a CPU strategy), with why it is materialized."""
+    st = compute_stage(t.op, t.name, False, expand, {}, {(id(t.op), 0): t})
+    return replace(st, notes=(f"materialized: {why}", *more))
 
 
 def _contraction(st: ComputeStage) -> Contraction | None:
     """A (batched) matrix product `O = sum_K A * B`, or None (see the module docstring)."""
-    body = _single_sum(st)
-    if body is None:
+    f = normal_form(st)
+    if (f is None or not f.simple or not (f.a.plain and f.b.plain) or not f.red
+            or f.axes(Role.OTHER)):
         return None
-    src = body.source[0]
-    if not (isinstance(src, Call) and src.op is Op.MUL
-            and all(isinstance(a, Read) for a in src.args)):
-        return None
-    ra, rb = src.args
-    data, red = tuple(st.axes), tuple(body.axis)
-    for r in (ra, rb):
-        if r.dtype != body.dtype or len(set(r.indices)) != len(r.indices):
-            return None
-        for ix, dim in zip(r.indices, r.tensor.shape, strict=True):
-            if not (isinstance(ix, IterVar) and (ix in data or ix in red) and _is_zero(ix.lo)
-                    and ix.extent.same_as(dim)):
-                return None
-    sa, sb = set(ra.indices), set(rb.indices)
-    if not red or any(k not in sa or k not in sb for k in red):
-        return None
-    if not all(a in sa or a in sb for a in data):
-        return None
-    batch = [a for a in data if a in sa and a in sb]
-    rest = [a for a in data if a not in sa or a not in sb]
-    if not any(a in sa for a in rest) or not any(a in sb for a in rest):
+    if not f.axes(Role.M) or not f.axes(Role.N):
         return None  # dot products and matrix-vector products are memory-bound: loops (with
         #              lanes, inside the row's prange) do as well without leaving the loop nest
-    work = _work(data, (body,))
-    if work < MIN_BLAS_WORK or math.isinf(work):
+    if f.work < MIN_BLAS_WORK or math.isinf(f.work):
         return None  # small, or symbolic dims (size unknown until the call): loops
     # A @ B or B @ A: whichever copies the fewest elements into BLAS layout, then the one with
     # more rows (OpenBLAS sgemm runs tall products faster, and the rows are split over threads)
-    cands = [_orient(x, y, batch, rest, red, data) for x, y in ((ra, rb), (rb, ra))]
-    cands += _shared_batch(ra, rb, batch, rest, red, data)
+    cands = [_orient(g, g.axes(Role.BATCH)) for g in (f, f.swapped())] + _shared_batch(f)
     return min(cands, key=lambda c: (_copied(c), -(_const(c.sizes[1]) or 0)))
 
 
-def _shared_batch(ra: Read, rb: Read, batch: list[IterVar], rest: list[IterVar],
-                  red: tuple[IterVar, ...], data: tuple[IterVar, ...]) -> list[Contraction]:
+def _shared_batch(f: SumOfProduct) -> list[Contraction]:
     """Contractions batched over the output's leading axes that only one operand indexes
     (the image of a convolution after im2col), the other shared by every batch entry, when
     that gives the output's own order (no permuted copy of the result) and each batch entry
     is a product of at least SHARED_BATCH_MIN_WORK multiply-adds."""
-    if batch:
+    if f.axes(Role.BATCH):
         return []
     out = []
-    for x, y in ((ra, rb), (rb, ra)):
-        lead = list(itertools.takewhile(lambda a: a in x.indices and a not in y.indices, data))
+    for g in (f, f.swapped()):
+        lead = g.leading(Role.M)
         for p in range(1, len(lead) + 1):
-            rest2 = [a for a in rest if a not in lead[:p]]
-            for c in (_orient(y, x, lead[:p], rest2, red, data, shared="a"),
-                      _orient(x, y, lead[:p], rest2, red, data, shared="b")):
-                per = _work([a for a in data if a not in lead[:p]], ()) * _work(list(red), ())
+            for c in (_orient(g.swapped(), lead[:p], shared="a"), _orient(g, lead[:p], shared="b")):
                 if c.out_perm is None and all(_const(z) != 1 for z in c.sizes[1:]) \
-                        and per >= SHARED_BATCH_MIN_WORK:
+                        and f.per_entry(lead[:p]) >= SHARED_BATCH_MIN_WORK:
                     out.append(c)
     return out
 
 
-def _orient(ra: Read, rb: Read, batch: list[IterVar], rest: list[IterVar],
-            red: tuple[IterVar, ...], data: tuple[IterVar, ...], shared: str = "") -> Contraction:
-    """The contraction with `ra` as the (batch, M, K) operand and `rb` as (batch, K, N);
+def _orient(f: SumOfProduct, batch: list[IterVar], shared: str = "") -> Contraction:
+    """The contraction with `f.a` as the (batch, M, K) operand and `f.b` as (batch, K, N);
     `shared`: the operand ("a" or "b") without the batch axes."""
-    m = [a for a in rest if a in ra.indices]
-    n = [a for a in rest if a in rb.indices]
+    ra, rb, red, data = f.a.read, f.b.read, f.red, f.data
+    m = [x for x in data if x not in batch and x in f.a.axes]
+    n = [x for x in data if x not in batch and x in f.b.axes]
     a_perm = tuple(ra.indices.index(x) for x in (*(() if shared == "a" else batch), *m, *red))
     b_perm = tuple(rb.indices.index(x) for x in (*(() if shared == "b" else batch), *red, *n))
     natural = (*batch, *m, *n)
     out_perm = None if natural == data else tuple(natural.index(a) for a in data)
-    sizes = tuple(_product([a.extent for a in g]) for g in (batch, m, red, n))
+    sizes = tuple(map(product, (batch, m, red, n)))
     return Contraction(ra.tensor, rb.tensor, a_perm, b_perm, sizes,  # type: ignore[arg-type]
                        tuple(a.extent for a in natural), out_perm, shared)
 
@@ -648,16 +522,9 @@ def _blas_view(perm: tuple[int, ...]) -> bool:
     """True if dims in this order merge into a (batch, rows, cols) view without a copy: the
     identity, or the identity with one trailing block moved to the front of the rest (a
     transposed matrix, which BLAS reads with its transpose flag)."""
-    n = len(perm)
-    if perm == tuple(range(n)):
-        return True
-    for b in range(n):  # leading batch dims in place, then two increasing runs swapped
-        if perm[:b] != tuple(range(b)):
-            break
-        for s in range(b + 1, n):
-            if perm[b:] == (*range(s, n), *range(b, s)):
-                return True
-    return False
+    n = len(perm)  # b leading batch dims in place, then the runs [b, s) and [s, n) swapped
+    return any(perm == (*range(b), *range(s, n), *range(b, s))
+               for b in range(n + 1) for s in range(b, n + 1))
 
 
 def _last_index_axes(r: Read) -> set[IterVar]:

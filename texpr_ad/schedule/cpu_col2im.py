@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from ..deriv.solver import invert
 from ..te.bounds import enumerate_holds
-from ..te.expr import Call, Expr, IterVar, Read, Reduce, ReduceKind, const
+from ..te.expr import Call, Expr, IterVar, Read, const
 from ..te.intrin import all as te_all
 from ..te.ops import Op
 from ..te.simplify import simplify
 from ..te.tensor import ScatterUpdate, Tensor
 from ..te.visit import substitute
+from .contraction import single_sum
 from .nest import const_int
 from .plan import ComputeStage, CpuStagePlan, ScatterStage
 
@@ -33,12 +34,10 @@ _UNBOUNDED = 1 << 40
 
 def col2im_scatter(st: ComputeStage, p: Tensor) -> ScatterStage | None:
     """`st` (a single sum of one read of `p`) as a scatter over p's points, or None."""
-    body = st.bodies[0]
-    if not (isinstance(body, Reduce) and body.combiner.kind is ReduceKind.SUM and not body.init
-            and len(body.source) == 1 and isinstance(body.source[0], Read)
-            and body.source[0].tensor is p and st.tensors[0] is not None):
+    body = single_sum(st)
+    read = None if body is None or body.init else body.source[0]
+    if body is None or st.tensors[0] is None or not (isinstance(read, Read) and read.tensor is p):
         return None
-    read = body.source[0]
     points = tuple(IterVar(f"p{k}", const(0), d) for k, d in enumerate(p.shape))
     # solve over unbounded stand-ins (the windows' bounds depend on the output point, which
     # the solver's boxes do not take); the gather's domain is checked below instead

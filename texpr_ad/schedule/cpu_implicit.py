@@ -12,7 +12,7 @@ so texpr_ad's GEMM (`kernels/gemm_f32.matmul_rows`) reads the rows of B in place
 table of row offsets.  P is the padded input (8 MB, in cache), the product computes PW / W
 (here 58 / 56) more columns, and the crop copies the output once.
 
-`window` decides it, from the gathered operand's normal form (`normalize.Guarded`):
+`window` decides it, from the contraction's normal form (`contraction.SumOfProduct`):
 * the read is `S[lead..., channels..., i_1 + o_1(r), ..., i_d + o_d(r)]`: the output's leading
   axes that only it indexes (the batch), then plain reduction axes, then one index per
   remaining output axis i_j (in the output's order, at the end of both), each that axis with
@@ -41,31 +41,35 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Sequence, cast
 
 from .._env import native_gemm
 from ..te.affine import to_affine
 from ..te.bounds import enumerate_holds
-from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, const
+from ..te.expr import Call, Expr, IterVar, Read, Reduce, const
 from ..te.intrin import all as te_all
 from ..te.intrin import if_then_else
 from ..te.ops import Op
 from ..te.tensor import Tensor, compute
 from ..te.visit import substitute, walk
+from .contraction import Role, SumOfProduct, product
+from .nest import const_int
 from .normalize import Guarded
-from .plan import ComputeStage, Window
+from .plan import ComputeStage, Contraction, Window
 
 MIN_COLS = 64  # output columns per row of the product at least (one micro-tile wide)
 
 
 @dataclass(frozen=True)
 class Implicit:
-    """What `window` found: the padded tensor (None: read S itself), its reads in the
-    contraction body (the new gathered operand), and the window record."""
+    """What `window` or `weight_window` found: the padded tensor (None: read S itself), its
+    read in the contraction body (the new gathered operand), the zero-padded copy D of the
+    other operand (`weight_window` only), and the contraction (its window record included)."""
 
     padded: Tensor | None
     read: Read
-    window: Window
+    head: Tensor | None
+    contraction: Contraction
 
 
 def _conjuncts(c: Expr | None) -> list[Expr]:
@@ -76,21 +80,17 @@ def _conjuncts(c: Expr | None) -> list[Expr]:
     return [c]
 
 
-def _const_int(e: Expr) -> int | None:
-    return int(e.value) if isinstance(e, Const) else None
-
-
-def window(g: Guarded, dtype: str, lead: Sequence[IterVar], mids: Sequence[IterVar],
-           inner: Sequence[IterVar], red: Sequence[IterVar], data: Sequence[IterVar],
-           name: str) -> Implicit | None:
-    """The implicit-im2col form of a contraction whose gathered operand is `g`, or None (see
-    the module docstring).  `lead`/`mids`/`inner`: the output axes indexed only by the gather
-    (leading), only by the other operand, and by the gather after the lead; `red`: the
-    reduction axes in the order of the product's K."""
-    if dtype != "float32" or not inner or list(data) != [*lead, *mids, *inner] or not native_gemm():
-        return None
+def window(f: SumOfProduct, name: str) -> Implicit | None:
+    """The implicit-im2col form of a contraction whose gathered operand is `f.b`, or None (see
+    the module docstring)."""
+    g, a, red, data = f.b.g, f.a.read, f.red, f.data
+    lead, mids = f.leading(Role.N), f.axes(Role.M)
+    inner = [x for x in f.axes(Role.N) if x not in lead]
+    if f.body.dtype != "float32" or not inner or list(data) != [*lead, *mids, *inner] \
+            or f.axes(Role.BATCH, Role.OTHER) or not native_gemm():
+        return None  # (no BATCH, OTHER: `a` reads the reduction and its own axes only)
     s, idx = g.read.tensor, g.read.indices
-    shape = [_const_int(d) for d in s.shape]
+    shape = [const_int(d) for d in s.shape]
     nl, nd = len(lead), len(inner)
     nc = len(idx) - nl - nd
     if nc < 0 or any(d is None for d in shape) or tuple(idx[:nl]) != tuple(lead):
@@ -99,33 +99,42 @@ def window(g: Guarded, dtype: str, lead: Sequence[IterVar], mids: Sequence[IterV
     if not all(isinstance(c, IterVar) and c in red for c in chans) or len(set(chans)) != nc:
         return None
     dims: list[tuple[dict[IterVar, int], int]] = []  # per window dim: {reduction axis: coeff}, const
-    for i, e in zip(inner, idx[nl + nc:], strict=True):
-        aff = to_affine(e)
-        if aff is None or aff[0].get(i) != 1 or _const_int(i.lo) != 0:
+    for i, ix in zip(inner, f.b.index[nl + nc:], strict=True):
+        aff = ix.affine  # (its terms are the stage's axes)
+        if aff is None or aff[0].get(i) != 1 or const_int(i.lo) != 0:
             return None
         terms = {k: v for k, v in aff[0].items() if k is not i}
-        if not all(isinstance(k, IterVar) and k in red and k not in chans for k in terms):
+        if not all(k in red and k not in chans for k in terms):
             return None
         dims.append((terms, aff[1]))  # type: ignore[arg-type]
     used = [k for t, _ in dims for k in t]
     if len(used) != len(set(used)) or set(used) | set(chans) != set(red):
         return None  # a reduction axis in two window dims, or one the read does not use
-    exts = {k: _const_int(k.extent) for k in red}
-    outs = [_const_int(i.extent) for i in inner]
-    if any(v is None or v <= 0 for v in [*exts.values(), *outs]) \
-            or any(_const_int(k.lo) != 0 for k in red):
+    exts = {k: f.extent(k) for k in red}  # (im2col: every reduction axis runs from 0)
+    outs = [f.extent(i) for i in inner]
+    if any(v is None or v <= 0 for v in [*exts.values(), *outs]):
         return None
-    lay = _layout(g, shape, [_const_int(a.extent) for a in lead], chans, inner, dims, exts, outs)
+    lay = _layout(g, shape, [f.extent(x) for x in lead], chans, inner, dims, exts, outs)
     if lay is None:
         return None
     flip = tuple(lay.strides[k] < 0 for k in red)
     base = lay.base + sum(lay.strides[k] * (exts[k] - 1) for k in red if lay.strides[k] < 0)
     win = Window(tuple(exts[k] for k in red), tuple(abs(lay.strides[k]) for k in red), flip,
                  base, (outs[0], *lay.grid[1:]), tuple(outs))  # type: ignore[arg-type]
-    padded = None if lay.reads_s else _padded(s, nl + nc, lay.lo, lay.shape, name)
-    p = padded if padded is not None else s
+    padded, read = _padded_read(s, [*lead, *chans], inner, dims, lay, name)
+    return Implicit(padded, read, None, Contraction(
+        a.tensor, read.tensor, tuple(a.indices.index(x) for x in (*mids, *red)), (),
+        (product(lead), product(mids), product(red), const(win.cols, "int64")),
+        tuple(x.extent for x in data), None, "a", win))
+
+
+def _padded_read(s: Tensor, keep: Sequence[Expr], inner: Sequence[IterVar],
+                 dims: list[tuple[dict[IterVar, int], int]], lay: _Layout, name: str
+                 ) -> tuple[Tensor | None, Read]:
+    """The padded copy P of `s` (None where `s` is P already) and its windows' read."""
+    padded = None if lay.reads_s else _padded(s, len(keep), lay.lo, lay.shape, name)
     at = [_shifted(i, t, c - low) for i, (t, c), low in zip(inner, dims, lay.lo)]
-    return Implicit(padded, p[(*lead, *chans, *at)], win)
+    return padded, (s if padded is None else padded)[(*keep, *at)]
 
 
 @dataclass(frozen=True)
@@ -165,25 +174,8 @@ def _layout(g: Guarded, shape: list[int | None], keep: list[int | None], chans: 
     return _Layout(lo, grid, p_shape, lo == [0] * nd and p_shape == shape, strides, base)  # type: ignore[arg-type]
 
 
-@dataclass(frozen=True)
-class WeightImplicit:
-    """What `weight_window` found: the padded tensor P (None: read S itself) and its read in
-    the contraction body, the zero-padded copy D of the other operand, the window record (on
-    A: rows (chans, offsets) in the output's order), the output axes of the product's rows
-    and columns, and the summed batch axes."""
-
-    padded: Tensor | None
-    read: Read
-    head: Tensor
-    window: Window
-    rows: tuple[IterVar, ...]
-    cols: tuple[IterVar, ...]
-    batch: tuple[IterVar, ...]
-
-
-def weight_window(g: Guarded, a: Read, dtype: str, red: Sequence[IterVar],
-                  data: Sequence[IterVar], name: str) -> WeightImplicit | None:
-    """The implicit-im2col form of a weight gradient, or None:
+def weight_window(f: SumOfProduct, name: str) -> Implicit | None:
+    """The implicit-im2col form of a weight gradient (the contraction `f`), or None:
 
         dW[f, c, ry, rx] = sum_{n, y, x} dY[n, f, y, x] * S[n, c, y + ry - 1, x + rx - 1]
 
@@ -191,42 +183,47 @@ def weight_window(g: Guarded, a: Read, dtype: str, red: Sequence[IterVar],
     copy P[n] (as in the forward, with the reduction axes y, x sliding and the output axes
     ry, rx the offsets), over P's width; D_n[(y, x'), f] = dY[n, f, y, x'] where x' is inside
     the output, 0 in the padded columns.  The read of S is `S[lead, chans, i_j + o_j]`: lead
-    reduction axes that `a` reads too (the summed batch), output axes (channels), then one
-    index per remaining reduction axis i_j, that axis plus an affine o_j of output axes."""
-    if dtype != "float32" or not native_gemm():
+    reduction axes (K: `a` reads them too, the summed batch), output axes (N: channels), then
+    one index per remaining reduction axis i_j, that axis plus an affine o_j of N axes.  `f`
+    is as `cpu.im2col` leaves it: `a` plain, every reduction axis K."""
+    if f.body.dtype != "float32" or not native_gemm():
         return None
+    g, a, red, data = f.b.g, f.a.read, f.red, f.data
     s, idx = g.read.tensor, g.read.indices
-    shape = [_const_int(d) for d in s.shape]
-    if any(d is None for d in shape) or len(set(a.indices)) != len(a.indices):
+    shape = [const_int(d) for d in s.shape]
+    if any(d is None for d in shape):
         return None
-    lead = list(itertools.takewhile(lambda e: isinstance(e, IterVar) and e in red and e in a.indices, idx))
-    chans = list(itertools.takewhile(lambda e: isinstance(e, IterVar) and e in data and e not in a.indices,
-                                     idx[len(lead):]))
+
+    def run(r: Role, es: Sequence[Expr]) -> list[IterVar]:  # leading axes of role r
+        return cast(list[IterVar], list(itertools.takewhile(
+            lambda e: isinstance(e, IterVar) and f.role(e) is r, es)))
+
+    lead = run(Role.K, idx)
+    chans = run(Role.N, idx[len(lead):])
     nk = len(lead) + len(chans)
     inner: list[IterVar] = []
     dims: list[tuple[dict[IterVar, int], int]] = []
-    for e in idx[nk:]:
-        aff = to_affine(e)
-        if aff is None:
+    for ix in f.b.index[nk:]:
+        if ix.affine is None:
             return None
-        slides = [k for k, v in aff[0].items() if k in red]
-        terms = {k: v for k, v in aff[0].items() if k not in red}
-        if len(slides) != 1 or aff[0][slides[0]] != 1 or slides[0] in lead or \
-                not all(isinstance(k, IterVar) and k in data and k not in a.indices
-                        and k not in chans for k in terms):
+        slides = [k for k in ix.affine[0] if k in red]
+        terms = {k: v for k, v in ix.affine[0].items() if k not in red}
+        if len(slides) != 1 or ix.affine[0][slides[0]] != 1 or slides[0] in lead \
+                or not all(f.role(k) is Role.N and k not in chans  # type: ignore[arg-type]
+                           for k in terms):
             return None
-        inner.append(slides[0])
-        dims.append((terms, aff[1]))  # type: ignore[arg-type]
+        inner.append(slides[0])  # type: ignore[arg-type]
+        dims.append((terms, ix.affine[1]))  # type: ignore[arg-type]
     offs = [k for t, _ in dims for k in t]
-    mids = [x for x in data if x in a.indices]
+    mids = f.axes(Role.M, Role.BATCH)
     if not inner or len(set(inner)) != len(inner) or len(offs) != len(set(offs)) \
-            or set(red) != set(lead) | set(inner) or set(data) != set(chans) | set(offs) | set(mids) \
-            or set(a.indices) != set(lead) | set(inner) | set(mids) or len(set(chans) & set(offs)):
-        return None
-    exts = {k: _const_int(k.extent) for k in (*data, *red)}
+            or set(red) != set(lead) | set(inner) \
+            or set(data) != set(chans) | set(offs) | set(mids):
+        return None  # (then `a`, plain, reads exactly lead, inner and mids)
+    exts = {k: f.extent(k) for k in (*data, *red)}
     outs = [exts[i] for i in inner]
     if any(v is None or v <= 0 for v in exts.values()) \
-            or any(_const_int(k.lo) != 0 for k in (*data, *red)):
+            or any(const_int(k.lo) != 0 for k in (*data, *red)):
         return None
     lay = _layout(g, shape, [exts[k] for k in lead], chans, inner, dims, exts, outs)
     if lay is None:
@@ -234,18 +231,20 @@ def weight_window(g: Guarded, a: Read, dtype: str, red: Sequence[IterVar],
     rows = tuple(x for x in data if x not in mids)
     win = Window(tuple(exts[k] for k in rows), tuple(lay.strides[k] for k in rows),  # type: ignore[misc]
                  (False,) * len(rows), lay.base, (outs[0], *lay.grid[1:]), tuple(outs), "a")  # type: ignore[arg-type]
-    padded = None if lay.reads_s else _padded(s, nk, lay.lo, lay.shape, name)
-    p = padded if padded is not None else s
-    at = [_shifted(i, t, c - low) for i, (t, c), low in zip(inner, dims, lay.lo)]
-    return WeightImplicit(padded, p[(*lead, *chans, *at)], _head(a, lead, inner, lay.grid, mids, name),
-                          win, rows, tuple(mids), tuple(lead))
+    padded, read = _padded_read(s, [*lead, *chans], inner, dims, lay, name)
+    head = _head(a, lead, inner, lay.grid, mids, name)
+    natural = (*rows, *mids)
+    return Implicit(padded, read, head, Contraction(
+        read.tensor, head, (), (), (product(lead), product(rows), const(win.cols, "int64"),
+                                    product(mids)), tuple(x.extent for x in natural),
+        None if natural == tuple(data) else tuple(natural.index(x) for x in data), "", win))
 
 
 def _head(a: Read, lead: list[IterVar], inner: list[IterVar], grid: list[int],
           mids: list[IterVar], name: str) -> Tensor:
     """`D[lead, i_1, p_2.., mids] = a[..]` where each p_j < its output extent, else 0: the
     other operand of a weight gradient on the padded grid (rows contiguous per lead entry)."""
-    outs = [_const_int(i.extent) for i in inner]
+    outs = [const_int(i.extent) for i in inner]
 
     def body(*ax: IterVar) -> Expr:
         nl, nd = len(lead), len(inner)
@@ -256,8 +255,8 @@ def _head(a: Read, lead: list[IterVar], inner: list[IterVar], grid: list[int],
 
     body.axis_names = [*(f"k{q}" for q in range(len(lead))),  # type: ignore[attr-defined]
                        *(f"p{q}" for q in range(len(inner))), *(f"m{q}" for q in range(len(mids)))]
-    shape = [*(_const_int(x.extent) for x in lead), outs[0], *grid[1:],
-             *(_const_int(x.extent) for x in mids)]
+    shape = [*(const_int(x.extent) for x in lead), outs[0], *grid[1:],
+             *(const_int(x.extent) for x in mids)]
     return compute(tuple(shape), body, name=f"{name}_head")
 
 
@@ -296,7 +295,7 @@ def _padded(s: Tensor, nkeep: int, lo: list[int], shape: list[int], name: str) -
         conds: list[Expr] = []
         for a, low, n, d in zip(at, lo, shape[nkeep:], s.shape[nkeep:]):
             conds += [a >= 0] if low < 0 else []
-            conds += [a < d] if n + low > _const_int(d) else []  # type: ignore[operator]
+            conds += [a < d] if n + low > const_int(d) else []  # type: ignore[operator]
         v = s[(*ax[:nkeep], *at)]
         return if_then_else(te_all(*conds), v, 0.0) if conds else v
 
@@ -317,12 +316,12 @@ def crop(s: ComputeStage, t: ComputeStage) -> ComputeStage | None:
     shift: list[int] = []
     for a, i, e_s in zip(t.axes, body.indices, s.axes):
         aff = to_affine(i)
-        if aff is None or set(aff[0]) != {a} or aff[0][a] != 1 or _const_int(a.lo) != 0 \
-                or _const_int(a.extent) is None:
+        if aff is None or set(aff[0]) != {a} or aff[0][a] != 1 or const_int(a.lo) != 0 \
+                or const_int(a.extent) is None:
             return None
         shift.append(aff[1])
     nw = len(w.out)
-    outs = [_const_int(a.extent) for a in t.axes]
+    outs = [const_int(a.extent) for a in t.axes]
     if any(shift[:-nw]) or any(not a.extent.same_as(b.extent) for a, b in
                                zip(t.axes[:-nw], s.axes[:-nw])):
         return None

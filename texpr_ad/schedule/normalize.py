@@ -1,5 +1,5 @@
 """Normal forms of a contraction's operands, so that how a user writes an operator does not
-decide whether it reaches the fast path (used by `cpu.im2col`).
+decide whether it reaches the fast path (used by `contraction.py`).
 
 A convolution's input is read either through a separate padding stage (the registry's
 `nn.conv2d`) or through a guard in the body (`if_then_else(in_range, X[h + r - 1, ..], 0)`,
@@ -96,24 +96,18 @@ def _producer(r: Read) -> Guarded | None:
 def gather_operand(e: Expr) -> Guarded | None:
     """`e` as a guarded read with padding-like producers folded in (see the module docstring)."""
     g = guard(e)
-    for _ in range(FOLD_DEPTH if g is not None else 0):
-        p = _producer(g.read)  # type: ignore[union-attr]
+    return None if g is None else folded(g)
+
+
+def folded(g: Guarded, cond: Expr | None = None) -> Guarded:
+    """`g` with the padding-like producers of its read folded in, read only where `cond` holds
+    too."""
+    for _ in range(FOLD_DEPTH):
+        p = _producer(g.read)
         if p is None:
             break
-        g = Guarded(_and(g.cond, p.cond), p.read, g.folded + p.folded)  # type: ignore[union-attr]
-    return g
-
-
-def with_guard(g: Guarded, cond: Expr) -> Guarded:
-    """`g` read only where `cond` also holds."""
+        g = Guarded(_and(g.cond, p.cond), p.read, g.folded + p.folded)
     return Guarded(_and(cond, g.cond), g.read, g.folded)
-
-
-def axes_only(g: Guarded, allowed: set[IterVar]) -> bool:
-    """True if the guard and the read's indices use only `allowed` axes and no tensor reads."""
-    exprs = [*g.read.indices, *(() if g.cond is None else (g.cond,))]
-    return not any(isinstance(v, (Read, Reduce)) or (isinstance(v, IterVar) and v not in allowed)
-                   for x in exprs for v in walk(x))
 
 
 @dataclass(frozen=True)
