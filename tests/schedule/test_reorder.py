@@ -52,3 +52,18 @@ def test_dependent_bounds_and_memory_order_are_left_as_written():
     (got,) = ta.build([t], [x])(xs)
     want = np.cumsum(xs.astype(np.float64).sum(1))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_symbolic_dims_keep_memory_order_and_lanes():
+    """Sizes known only at the call rule out BLAS and split sums, not the loop-order rewrites:
+    the sum over (i, c) of x[b, c, i] with symbolic dims loops c > i and runs in lanes."""
+    n, c_, h = te.var("n"), te.var("c"), te.var("h")
+    x = te.placeholder((n, c_, h), "float32", name="x")
+    c, i = te.reduce_axis((0, c_), "c"), te.reduce_axis((0, h), "i")
+    s = te.compute((n,), lambda b: te.sum(x[b, c, i], axis=[i, c]), name="s")
+    plan = plan_kernel([s], [x])
+    assert _axes(plan, "s") == ["c", "i"], str(plan)
+    assert plan.stage("s").cpu.lanes > 1, str(plan)
+    xs = np.random.default_rng(9).standard_normal((3, 5, 70)).astype("f4")
+    (got,) = ta.build([s], [x])(xs)
+    np.testing.assert_allclose(got, xs.astype(np.float64).sum((1, 2)), rtol=1e-5, atol=1e-4)

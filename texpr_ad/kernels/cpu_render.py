@@ -314,10 +314,11 @@ class CPURender(_Render):
         that reads at `ax` are not negative (no wraparound select) and vectorizes the loop."""
         if chunk is None:
             n = int(ax.extent.value) if isinstance(ax.extent, Const) else None  # type: ignore[attr-defined]
-            if not block or n is None or n <= SUM_BLOCK:
+            if not block or (n is not None and n <= SUM_BLOCK):
                 return [Level(acc, lambda d: self.range_loop(d, ax, env), f64)]
             lo = self.expr(ax.lo, env)
-            start, count = ("" if _is_zero(ax.lo) else f"{lo} + "), str(n)
+            start = "" if _is_zero(ax.lo) else f"{lo} + "
+            count = str(n) if n is not None else f"({top(self.expr(ax.extent, env))})"
         else:
             if not block:
                 return [Level(acc, lambda d: self.emit(d, chunk.header(self.axis(ax))), f64)]
@@ -326,8 +327,8 @@ class CPURender(_Render):
             count = self.names.fresh(f"{stage}_n")
         kb, kk = self.names.fresh(f"{stage}_kb"), self.names.fresh(f"{stage}_kk")
         blk = self.names.fresh(f"{stage}_blk")
-        nb = -(-n // SUM_BLOCK)
-        inner = str(SUM_BLOCK) if chunk is None and n % SUM_BLOCK == 0 else \
+        nb = f"({count} + {SUM_BLOCK - 1}) // {SUM_BLOCK}" if n is None else -(-n // SUM_BLOCK)
+        inner = str(SUM_BLOCK) if chunk is None and n is not None and n % SUM_BLOCK == 0 else \
             f"min({SUM_BLOCK}, {count} - {kb} * {SUM_BLOCK})"
 
         def blocks(d: int) -> None:

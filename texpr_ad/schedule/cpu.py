@@ -272,7 +272,11 @@ def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
         return st  # an implicit im2col (decided by `im2col`)
     loop_keys = {"order", "fuse", "parallel"} & set(ov)
     if math.isinf(_work(st.axes, st.bodies)) and not ov.get("blas"):
-        return st  # symbolic dims: sizes unknown until the call, keep the plain loop nest
+        if loop_keys or not ov.get("accumulate", True):  # symbolic dims: sizes unknown until
+            return st                                      # the call: no BLAS, no split, but
+        st = reorder_reductions(st)                        # memory order and lanes
+        lanes = _lanes(st)
+        return _cpu(st, lanes=lanes) if lanes > 1 else st
     if ov.get("blas", not loop_keys):
         c = _contraction(st)
         if c is not None:
@@ -328,7 +332,7 @@ def _split_div_mod(st: ComputeStage) -> ComputeStage:
 
 def _lanes(st: ComputeStage) -> int:
     """LANES if the stage has one single-valued sum/max/min reduction whose innermost axis is
-    static, long, and contiguous in some read, else 1.  The kernel then accumulates with
+    long (or symbolic) and contiguous in some read, else 1.  The kernel then accumulates with
     vecmath's `radd` (an add LLVM may regroup into SIMD lanes: within float rounding) or
     `fmaximum`/`fminimum` (exact), about 5x faster than a scalar chain on rows in cache."""
     reds = {r.loop_key for b in st.bodies for r in walk(b) if isinstance(r, Reduce)}
@@ -338,11 +342,9 @@ def _lanes(st: ComputeStage) -> int:
     if len(src) != 1 or comb.kind not in (ReduceKind.SUM, ReduceKind.MAX, ReduceKind.MIN) or src[0].dtype not in (
             "float32", "float64") or not (isinstance(cond, Const) and cond.value is True):
         return 1
-    k = axes[-1]
-    if not isinstance(k.lo, Const) or (_const(k.extent) or 0) < 4 * LANES:
-        return 1
-    if math.isinf(_work(st.axes, st.bodies)):
-        return 1  # symbolic dims: like BLAS dispatch, only for static sizes
+    k, n = axes[-1], _const(axes[-1].extent)
+    if not isinstance(k.lo, Const) or (n is not None and n < 4 * LANES):
+        return 1  # short (a symbolic extent counts as long)
     if any(bounds_depend_on_axes(a) for a in axes):
         return 1
     reads = [x for x in walk(src[0]) if isinstance(x, Read)]
