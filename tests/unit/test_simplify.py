@@ -8,6 +8,7 @@ import pytest
 from texpr_ad.te import expr_str
 from texpr_ad.te.expr import Const, IterVar, const
 from texpr_ad.te.interp import NUMPY_IMPL
+from texpr_ad.te.ops import Op
 from texpr_ad.te.simplify import simplify
 
 I = IterVar("i", const(0), const(3))
@@ -21,6 +22,8 @@ def _eval(e, env):
         return int(e.value)
     if isinstance(e, IterVar):
         return env[e]
+    if e.op is Op.CAST:
+        return _eval(e.args[0], env)  # integer widening: the value is unchanged
     return int(NUMPY_IMPL[e.op](*[_eval(a, env) for a in e.args]))
 
 
@@ -43,3 +46,22 @@ def test_negative_offsets_keep_floor_semantics():
     e = (K * 16 - 40) // 8 // 2
     s = simplify(e)
     assert all(_eval(s, {K: k}) == _eval(e, {K: k}) for k in range(80)), expr_str(s)
+
+
+H = IterVar("h", const(-7), const(20))  # negative values too: floor semantics
+
+
+@pytest.mark.parametrize("e, want", [
+    (2 * (H // 2) + (H - 2 * (H // 2)), "h"),            # c*(E//c) + E%c -> E
+    (3 * (2 * ((H + 1) // 2) + (H + 1) % 2) - 1, "3 * h + 2"),
+    (const(2, "int64") * (H // 2).astype("int64") + (H % 2).astype("int64"),
+     'h.astype("int64")'),                                 # through widening casts
+    (2 * (H // 2) + H % 3, "2 * (h // 2) + h % 3"),      # not a pair: unchanged
+    (4 * (H // 2) + H % 2, "4 * (h // 2) + h % 2"),
+])
+def test_index_rules_recombine_div_mod_pairs(e, want):
+    from texpr_ad.te.simplify import INDEX_RULES
+    s = simplify(e, INDEX_RULES)
+    assert expr_str(s) == want
+    for h in range(-7, 13):
+        assert _eval(s, {H: h}) == _eval(e, {H: h}), h

@@ -30,6 +30,9 @@ Semantic points the translation takes care of:
 * Reads and scatter targets te.bounds cannot prove in bounds (indices computed from data) are
   checked when the code runs (`checked_index`: a KernelIndexError, as texpr_ad's kernels raise),
   except under a device target (`checks_on`).
+* Read and scatter indices are simplified first (`tvm_index`: affine terms cancel, div/mod
+  pairs recombine): TVM's region-bound analysis aborts ("Divide by zero") on an uncancelled
+  `2*(h // 2) + (h - 2*(h // 2))`.
 * Translation is iterative (an explicit stack over stages and over expression nodes), so deep
   graphs and deeply nested bodies do not meet Python's recursion limit.
 * Symbolic dims (`te.var`) become `tirx.Var`s (int64, as Relax shapes are);
@@ -49,10 +52,11 @@ from ..errors import TexprError
 from ..kernels.kernel import KernelArgumentError, index_error
 from ..kernels.render import read_site
 from .args import as_list, is_te_tensor
-from ..te.bounds import Verdict, dead, dim_verdict, facts, unproven_dims
+from ..te.bounds import ENUMERATE_MAX, Verdict, dead, dim_verdict, facts, int_eval, \
+    unproven_dims
 from ..te.dag import topo_order
 from ..te.intervals import interval
-from ..te.simplify import simplify
+from ..te.simplify import INDEX_RULES, simplify
 from ..te.expr import Call, CommReducer, Const, Expr, IterVar, Read, Reduce, Var
 from ..te.ops import Op
 from ..te.printer import expr_str
@@ -177,13 +181,24 @@ def fit(x: Any, dtype: str) -> Any:
 # -- expression translation ------------------------------------------------------------
 
 def _operands(e: Expr) -> tuple[Expr, ...]:
-    """The operands `ExprTranslator` translates before `e` (a reduction is refused whole)."""
+    """The operands `ExprTranslator` translates before `e` (a reduction is refused whole; a
+    read translates its simplified indices itself, see `tvm_index`)."""
     match e:
         case Call(args=args):
             return args
-        case Read(indices=idx):
-            return idx
     return ()
+
+
+@functools.lru_cache(maxsize=4096)
+def tvm_index(e: Expr) -> Expr:
+    """Index `e` as TVM gets it: simplified with `te.simplify.INDEX_RULES`, so affine terms
+    cancel and div/mod pairs recombine (`2*(h // 2) + (h - 2*(h // 2))` -> `h`).  TVM's
+    iter-map (region-bound) analysis aborts with "Divide by zero" on such uncancelled sums,
+    and simpler indices give simpler loops.  An index that reads a tensor stays as it is (its
+    reads keep their identity, which their run-time checks are keyed by)."""
+    if any(isinstance(x, Read) for x in walk(e)):
+        return e
+    return simplify(e, INDEX_RULES)
 
 
 INDEX_CHECK = "texpr_ad.index_out_of_bounds"  # the global function a failed check calls
@@ -281,8 +296,9 @@ class ExprTranslator:
                 return fit(_binary_table()[op](*args), d)
             case Read():
                 dims = self.checks.get(e, set())
+                idx = [self(tvm_index(i)) for i in e.indices]
                 return self.read(e, [self.checked(a, e.tensor.shape[d], read_site(e, d, self.stage))
-                                     if d in dims else a for d, a in enumerate(args)])
+                                     if d in dims else a for d, a in enumerate(idx)])
             case Reduce():
                 raise TranslationError(f"stage {self.stage!r}: reduction `{e}` nested inside an "
                                        "expression; te.compute splits these, build it with te.compute")
@@ -395,19 +411,42 @@ def static_reduce_range(a: IterVar, stage: str) -> tuple[Expr, Expr | None]:
     TVM 0.27's `create_prim_func` gets a reduce axis whose bounds depend on an outer index
     (data axis or earlier reduce axis) silently wrong: the block domain subtracts the minimum
     twice.  So such an axis runs from its own (dependent) start over the largest extent it takes
-    (the interval bound over the outer indices): the work stays that of the window, not of the
-    hull of all windows, and the end moves into the body, like `where=`.
+    (`widest`, exact by enumeration over the outer indices, else their interval bound): the work
+    stays that of the window, not of the hull of all windows, and the end moves into the body,
+    like `where=`.
     """
     outer = [v for x in (a.lo, a.extent) for v in walk(x) if isinstance(v, IterVar)]
     if not outer:
         return a.extent, None
-    _, width = interval(simplify(a.extent))
+    width = widest(a.extent)
+    if width is None:
+        _, width = interval(simplify(a.extent))
     if width is None:
         raise TranslationError(
             f"stage {stage!r}: reduce axis `{a.name}` over [{a.lo}, {a.lo} + {a.extent}) depends on "
             f"the index `{outer[0]}` and its extent has no static bound, which TVM needs (it gets "
             "such ranges wrong); bound the extent by a constant")
     return Const(max(width, 0), a.extent.dtype), a < a.lo + a.extent
+
+
+def widest(extent: Expr) -> int | None:
+    """The largest value of integer `extent` over the static axes it uses, by enumeration;
+    None when it uses anything else (a dependent axis, a symbolic dim, a tensor value) or more
+    than `te.bounds.ENUMERATE_MAX` points.  Exact where interval bounds are loose: a stride-2
+    window's tap count `min(h // 2, 27) + 1 - max((h - 1) // 2, 0)` is at most 2, not 28."""
+    used = [v for v in walk(extent) if isinstance(v, (IterVar, Var, Read))]
+    axes = list(dict.fromkeys(v for v in used if isinstance(v, IterVar)))
+    ranges = [(int(v.lo.value), max(int(v.extent.value), 0)) for v in axes
+              if isinstance(v.lo, Const) and isinstance(v.extent, Const)]
+    if len(ranges) < len(set(used)):
+        return None
+    sizes = [n for _, n in ranges]
+    npts = int(np.prod(sizes))
+    if not 0 < npts <= ENUMERATE_MAX:
+        return None
+    points = np.indices(sizes).reshape(len(sizes), npts)
+    env: dict[Expr, Any] = {v: lo + p for v, (lo, _), p in zip(axes, ranges, points, strict=True)}
+    return int(np.max(int_eval(extent, env, npts)))
 
 
 def _conj(conds: Sequence[Expr]) -> Expr:
@@ -507,9 +546,10 @@ def _scatter(op: ScatterOp, dag: _Dag) -> Any:
         tr = ExprTranslator({**dag.vars, **env}, load, op.name, checks=checks)
         adds = []
         for u in op.updates:
-            idx = [tr.checked(tr(i), op.shape[d], _scatter_site(op, d, i))
-                   if dag.check_bounds and _target_unproven(op, u, d) else tr(i)
-                   for d, i in enumerate(u.index)]
+            idx = [tr(tvm_index(i)) for i in u.index]
+            idx = [tr.checked(x, op.shape[d], _scatter_site(op, d, i))
+                   if dag.check_bounds and _target_unproven(op, u, d) else x
+                   for d, (i, x) in enumerate(zip(u.index, idx, strict=True))]
             add: Any = tirx.BufferStore(
                 out, tirx.BufferLoad(out, idx) + fit(tr(u.value), op.dtype), idx)
             if not (isinstance(u.condition, Const) and u.condition.value is True):
