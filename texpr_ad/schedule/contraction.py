@@ -165,9 +165,18 @@ def _operand(g: normalize.Guarded, axes: set[IterVar]) -> Operand:
     return Operand(g, idx, frozenset(x for ix in idx for x in ix.axes), closed)
 
 
+def _extent(e: Expr) -> Expr:
+    """An axis extent with the differentiator's clamp `max(n, 0)` of a size dropped (sizes are
+    not negative), so a reduction over a symbolic dim `n` covers the dim."""
+    match e:
+        case Call(op=Op.MAX, args=(n, Const(value=0))) if not isinstance(n, Const):
+            return n
+    return e
+
+
 def _index(e: Expr, dim: Expr, axes: set[IterVar]) -> Index:
     plain = (e if isinstance(e, IterVar) and e in axes and isinstance(e.lo, Const)
-             and e.lo.value == 0 and e.extent.same_as(dim) else None)
+             and e.lo.value == 0 and _extent(e.extent).same_as(dim) else None)
     aff = to_affine(e)
     if aff is not None and not all(isinstance(k, IterVar) and k in axes for k in aff[0]):
         aff = None

@@ -1,9 +1,10 @@
-"""CPU strategies of the planner (steps 6-8), applied to stages with static sizes.
+"""CPU strategies of the planner (steps 6-10).  Stages with symbolic sizes (known only at the
+call) get BLAS contractions, memory-order reductions and lanes, not split sums or im2col.
 
 6. contraction  - a stage `sum_K A[..] * B[..]` (contraction.py) whose indices are plain axes
                   covering whole operand dims (matmul, dense, batch_matmul and their adjoints)
                   runs as one batched `np.matmul` (BLAS, called in Numba object mode),
-                  when its static size is at least `MIN_BLAS_WORK` multiply-adds and it is
+                  when its size is at least `MIN_BLAS_WORK` multiply-adds (or symbolic) and it is
                   a matrix-matrix product (dots and matrix-vector products stay loops); of
                   A @ B and B @ A the one copying the fewest elements (then with more rows)
                   is taken.  `im2col`: when one operand is read at affine indices (a
@@ -271,12 +272,6 @@ def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
     if st.cpu is not None and st.cpu.contraction is not None:
         return st  # an implicit im2col (decided by `im2col`)
     loop_keys = {"order", "fuse", "parallel"} & set(ov)
-    if math.isinf(_work(st.axes, st.bodies)) and not ov.get("blas"):
-        if loop_keys or not ov.get("accumulate", True):  # symbolic dims: sizes unknown until
-            return st                                      # the call: no BLAS, no split, but
-        st = reorder_reductions(st)                        # memory order and lanes
-        lanes = _lanes(st)
-        return _cpu(st, lanes=lanes) if lanes > 1 else st
     if ov.get("blas", not loop_keys):
         c = _contraction(st)
         if c is not None:
@@ -285,6 +280,12 @@ def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
             raise ScheduleError(f"stage {st.name!r} is not a contraction sum_k A[..] * B[..] over "
                                 f"plain axes covering whole operand dims with static sizes of at "
                                 f"least {MIN_BLAS_WORK} multiply-adds; remove the 'blas' override")
+    if math.isinf(_work(st.axes, st.bodies)):  # symbolic dims: sizes unknown until the call:
+        if loop_keys or not ov.get("accumulate", True):  # no split sums, but memory order
+            return st                                      # and lanes
+        st = reorder_reductions(st)
+        lanes = _lanes(st)
+        return _cpu(st, lanes=lanes) if lanes > 1 else st
     if not loop_keys:
         st = reorder_reductions(st)
     if ov.get("accumulate", not loop_keys):
@@ -470,8 +471,9 @@ def _contraction(st: ComputeStage) -> Contraction | None:
     if not f.axes(Role.M) or not f.axes(Role.N):
         return None  # dot products and matrix-vector products are memory-bound: loops (with
         #              lanes, inside the row's prange) do as well without leaving the loop nest
-    if f.work < MIN_BLAS_WORK or math.isinf(f.work):
-        return None  # small, or symbolic dims (size unknown until the call): loops
+    if f.work < MIN_BLAS_WORK:
+        return None  # small: loops.  Symbolic dims (inf) go to BLAS: at worst a call's
+        #              overhead on a small product, where loops would be 100x slower on a large
     # A @ B or B @ A: whichever copies the fewest elements into BLAS layout, then the one with
     # more rows (OpenBLAS sgemm runs tall products faster, and the rows are split over threads)
     cands = [_orient(g, g.axes(Role.BATCH)) for g in (f, f.swapped())] + _shared_batch(f)
