@@ -193,43 +193,29 @@ def _mod_of_sum(e: Expr) -> Expr | None:
 
 
 def _div_mod_recombine(e: Expr) -> Expr | None:
-    """Floor semantics make `c*(E // c) + E % c` exactly `E`: in an integer sum holding
-    `m*c * (E // c)` together with `m * (E % c)`, both become `m*E` (a window read at the
-    solution of `c*o + r = h` for c == window size: `2*(h // 2) + h % 2` -> `h`)."""
-    if not (isinstance(e, Call) and e.op in (Op.ADD, Op.SUB) and dt.is_int(e.dtype)):
-        return None
-    f = to_affine(e)
-    if f is None:
+    """`m*c*(E // c) + m*(E % c)` in an integer sum -> `m*E` (floor semantics): a window read at
+    the solution of `c*o + r = h`, `2*(h // 2) + h % 2` -> `h`."""
+    if not (isinstance(e, Call) and e.op in (Op.ADD, Op.SUB)) or (f := to_affine(e)) is None:
         return None
     terms, k = f
     for t, v in terms.items():
-        if not (isinstance(t, Call) and t.op is Op.FLOORMOD and isinstance(t.args[1], Const)):
-            continue
-        c = int(t.args[1].value)
-        q = Call(Op.FLOORDIV, t.args, t.dtype)
-        fe = to_affine(t.args[0])
-        if c <= 0 or terms.get(q, 0) != c * v or fe is None:
-            continue
-        rest = {a: w for a, w in terms.items() if not (a.same_as(t) or a.same_as(q))}
-        for a, w in fe[0].items():
-            rest[a] = rest.get(a, 0) + v * w
-        return from_affine({a: w for a, w in rest.items() if w}, k + v * fe[1], e.dtype)
+        if isinstance(t, Call) and t.op is Op.FLOORMOD and isinstance(t.args[1], Const):
+            q, c, fx = Call(Op.FLOORDIV, t.args, t.dtype), int(t.args[1].value), to_affine(t.args[0])
+            if c > 0 and terms.get(q, 0) == c * v and fx is not None:
+                rest = {a: w for a, w in terms.items() if a not in (t, q)}
+                for a, w in fx[0].items():
+                    rest[a] = rest.get(a, 0) + v * w
+                return from_affine({a: w for a, w in rest.items() if w}, k + v * fx[1], e.dtype)
     return None
 
 
-_SIGNED = ("int8", "int16", "int32", "int64")
-
-
 def _widen_div_mod(e: Expr) -> Expr | None:
-    """A widening cast of a floordiv/floormod by a constant moves inside, where the value is the
-    same: `(h // 2).astype("int64") -> h.astype("int64") // 2`, so the pair can recombine."""
+    """`(h // 2).astype("int64") -> h.astype("int64") // 2`: an int's cast to int64 keeps it."""
     match e:
-        case Call(op=Op.CAST, args=(Call(op=Op.FLOORDIV | Op.FLOORMOD as op,
-                                         args=(x, Const(value=int() as c))),)) \
-                if e.dtype in _SIGNED and x.dtype in _SIGNED and \
-                _SIGNED.index(e.dtype) > _SIGNED.index(x.dtype):
-            wide = Call(Op.CAST, (x,), e.dtype)
-            return Call(op, (wide, Const(c, e.dtype)), e.dtype)
+        case Call(op=Op.CAST, dtype="int64", args=(Call(op=Op.FLOORDIV | Op.FLOORMOD as op,
+                                                        args=(x, Const(value=int() as c))),)) \
+                if dt.is_int(x.dtype):
+            return Call(op, (Call(Op.CAST, (x,), e.dtype), Const(c, e.dtype)), e.dtype)
     return None
 
 
@@ -258,9 +244,7 @@ def _interval_decided(e: Expr) -> Expr | None:
 
 RULES: list[Rule] = [_fold, _neutral, _affine, _div_mod_const, _range_decided, _mod_of_sum, _mod_mod,
                      _interval_decided]
-# Index expressions handed to other compilers (TVM's iter-map analysis aborts with "Divide by
-# zero" on an uncancelled `2*(h // 2) + (h - 2*(h // 2))`): also recombine div/mod pairs (seen
-# through widening casts), which `RULES` leave split (texpr_ad's own kernels keep their sources).
+# for indices handed to TVM (its iter-map analysis aborts on `2*(h//2) + (h - 2*(h//2))`)
 INDEX_RULES: list[Rule] = [*RULES, _widen_div_mod, _div_mod_recombine]
 
 
