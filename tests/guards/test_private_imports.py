@@ -33,9 +33,6 @@ KNOWN: dict[tuple[str, str, str], str] = {
     ("kernels/cuda_render.py", "texpr_ad.kernels.render", "_is_placeholder"): _CPU_WING,
     ("kernels/cuda_render.py", "texpr_ad.kernels.render", "_reduce_groups"): _CPU_WING,
     ("kernels/numba_cpu.py", "texpr_ad.kernels.render", "_one"): _CPU_WING,
-    ("schedule/cpu.py", "texpr_ad.schedule.nest", "_const"): _CPU_WING,
-    ("schedule/cpu.py", "texpr_ad.schedule.nest", "_reduction_notes"): _CPU_WING,
-    ("schedule/cpu.py", "texpr_ad.schedule.nest", "_work"): _CPU_WING,
 }
 
 

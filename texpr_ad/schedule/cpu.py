@@ -71,7 +71,8 @@ from .fuse import fuse
 from .reorder import reorder_reductions
 from .fuse import stage_reads as _reads
 from .loopnest import Place, refs
-from .nest import MIN_PARALLEL_CHUNKS, Expander, _const, _reduction_notes, _work, compute_stage
+from .nest import MIN_PARALLEL_CHUNKS, Expander, compute_stage
+from .nest import const_int as _const, iteration_count as _work, reduction_notes as _reduction_notes
 from .plan import (Accumulate, ComputeStage, Contraction, CpuStagePlan, Inline, Plan,
                    ScatterStage, ScheduleError, Split, Stage)
 from .plan import with_cpu as _cpu
@@ -372,8 +373,9 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
         return (), st
     # the gathered operand in normal form: a guarded read, padding stages folded in
     f = (f if f.a.plain else f.swapped()).gathered(None if box is None else box.cond)
-    if not f.b.closed or any(f.role(k) is not Role.K for k in f.red):
-        return (), st
+    if not f.b.closed or any(f.role(k) is not Role.K for k in f.red) or not f.axes(Role.M):
+        return (), st  # no M: each gathered element would meet one row of A (a depthwise
+        #                convolution, a matrix-vector product per channel): loops read it once
     data, red, gathered = f.data, f.red, f.b.g
     if ov.get("implicit", True):
         done = _implicit(st, f, box)

@@ -128,4 +128,3 @@ def compute_stage(op: ComputeOp, name: str, is_output: bool, expand: Expander,
 
 # the old private spellings, still imported by schedule/cpu.py until its rewrite lands
 # (tests/guards/test_private_imports.py lists that import; drop these with it)
-_const, _work, _reduction_notes = const_int, iteration_count, reduction_notes

@@ -290,15 +290,19 @@ def compute(shape: Any, fcompute: Callable[..., Any], name: str = "compute", tag
     if not bodies:
         raise TensorError(f"compute {name!r}: the lambda returned no expression")
     _check_definition(bodies, name)
-    bodies = tuple(_split_nested(b, name, k) for k, b in enumerate(bodies))
+    bodies = tuple(_split_nested(b, name, k, axes) for k, b in enumerate(bodies))
     _check_reads(bodies, name)
     op = ComputeOp(name, axes, bodies, tag, dict(attrs or {}))
     outs = [Tensor(op, k, shp, b.dtype) for k, b in enumerate(bodies)]
     return outs if multi else outs[0]
 
 
-def _split_nested(body: Expr, name: str, k: int) -> Expr:
-    """Move every reduction that is not the whole body into a stage of its own."""
+def _split_nested(body: Expr, name: str, k: int, axes: tuple[IterVar, ...]) -> Expr:
+    """Move every reduction that is not the whole body into a stage of its own, over the data
+    axes it uses in the order of the compute's `axes` (its layout then follows the reader's:
+    `x[n, f, s + k]` summed over k is a stage over (n, f, s), not over whatever order the
+    body first names them in), then any other axes it uses."""
+    rank = {a: d for d, a in enumerate(axes)}
     counter = [0]
     lifted: dict[Expr, Expr] = {}  # structurally equal reductions share one stage
 
@@ -309,7 +313,8 @@ def _split_nested(body: Expr, name: str, k: int) -> Expr:
             return lifted[e]
         if len(e.source) > 1:
             raise TensorError(f"compute {name!r}: a tuple reduction must be the whole body")
-        outer = [v for v in free_vars(e) if isinstance(v, IterVar)]
+        outer = sorted((v for v in free_vars(e) if isinstance(v, IterVar)),
+                       key=lambda v: rank.get(v, len(rank)))  # stable: others as found
         new_axes = tuple(IterVar(v.name, const(0), v.extent, "data") for v in outer)
         shift = {v: a + v.lo if not _is_zero(v.lo) else a for v, a in zip(outer, new_axes, strict=True)}
         inner_body = substitute(e, shift)
