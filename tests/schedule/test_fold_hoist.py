@@ -47,3 +47,26 @@ def test_shared_values_leave_the_reduction_loops_guarded_reads_stay():
     want = (x64 * np.log(s64)[:, :, None] + nxt[:, :, None]).sum(2)
     want[:, 1::2] = 0.0
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_a_scale_read_in_a_select_branch_leaves_the_row_loop():
+    """Smooth-L1's backward: the mean's scale `g[()]` is read in both branches of the select;
+    in bounds without the guard, it is loaded once before the row loop (the loop then
+    vectorizes: LLVM reloads it after every store otherwise).  A guarded read stays."""
+    p = te.placeholder((N, M), "float32", name="p")
+    g = te.placeholder((), "float32", name="g")
+
+    def body(i, j):
+        d = p[i, j]
+        nxt = te.if_then_else(j + 1 < M, p[i, j + 1], 0.0)
+        return te.if_then_else(te.abs(d) < 1.0, g[()] * d, g[()] * te.sign(d)) + nxt
+    y = te.compute((N, M), body, name="y")
+    k = ta.build([y], [p, g])
+    hoisted = [expr_str(e) for e in k.plan.stage("y").cpu.hoisted]
+    assert hoisted == ["g[()]"], str(k.plan)
+    ps = np.random.default_rng(6).standard_normal((N, M)).astype("f4") * 2
+    (got,) = k(ps, np.array(0.25, np.float32))
+    p64 = ps.astype(np.float64)
+    nxt = np.concatenate([p64[:, 1:], np.zeros((N, 1))], axis=1)
+    want = np.where(np.abs(p64) < 1, 0.25 * p64, 0.25 * np.sign(p64)) + nxt
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -33,7 +33,7 @@ def hoist(st: Stage, ov: Mapping[str, Any]) -> Stage:
     inner = set(serial)
     if c.split is not None:  # the bodies index the split axis through its two loop axes
         inner |= {c.split.hi, c.split.lo}
-    found = tuple(_invariant_exprs(st.bodies, inner))
+    found = tuple(_invariant_exprs(st.bodies, inner, _safe))
     recips = tuple(_f32_divisors(st.bodies, set(found))) if ov.get("reciprocal", True) else ()
     folds = tuple(dict.fromkeys(e for r in _reduces(st.bodies, set(found)) for e in
                                 _invariant_exprs(r.source, set(r.axis), _safe, _conditioned(r))))
