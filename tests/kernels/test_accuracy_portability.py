@@ -386,15 +386,28 @@ def test_long_sums_are_accurate_on_the_narrowest_vector_target(tmp_path):
     assert max(errs) < 1e-6, errs
 
 
-def test_the_native_gemm_follows_numbas_target_features(monkeypatch):
-    """TEXPR_AD_GEMM=auto asks the CPU Numba compiles for: NUMBA_CPU_FEATURES when set (an
-    AVX2 target forced on an AVX-512 machine uses BLAS, as an AVX2 machine does)."""
+@pytest.mark.parametrize("cpu,features,isa", [
+    ("generic", None, None), ("sandybridge", "", None),  # SSE2 only; AVX without FMA
+    ("haswell", "", "avx2"), ("x86-64", "+avx2,+fma", "avx2"),
+    ("skylake-avx512", "", "avx512"), ("haswell", "+avx512f", "avx512")])
+def test_the_native_gemm_follows_numbas_target(monkeypatch, cpu, features, isa):
+    """TEXPR_AD_GEMM=auto asks LLVM about the CPU Numba compiles for (NUMBA_CPU_NAME and
+    NUMBA_CPU_FEATURES, "" meaning the named CPU's own): AVX-512 or AVX2 + FMA turn the GEMM on
+    (an AVX2 target forced on an AVX-512 machine gets the AVX2 path, as an AVX2 machine does),
+    anything less keeps BLAS.  Before: only AVX-512 turned it on."""
+    import llvmlite.binding as ll
+    if not ll.get_process_triple().startswith(("x86_64", "amd64")):
+        pytest.skip(f"x86-64 CPU names; Numba targets {ll.get_process_triple()}")
     monkeypatch.delenv("TEXPR_AD_GEMM", raising=False)
+    monkeypatch.setenv("NUMBA_CPU_NAME", cpu)
+    if features is None:
+        monkeypatch.delenv("NUMBA_CPU_FEATURES", raising=False)
+    else:
+        monkeypatch.setenv("NUMBA_CPU_FEATURES", features)
     try:
-        for features, want in (("", False), ("+avx2,+fma", False), ("+avx2,+avx512f", True)):
-            monkeypatch.setenv("NUMBA_CPU_FEATURES", features)
-            _env.native_gemm.cache_clear()
-            assert _env.native_gemm() is want, features
+        _env.native_gemm.cache_clear()
+        assert _env.vector_isa(*_env.numba_target()) == isa
+        assert _env.native_gemm() is (isa is not None)
     finally:
         _env.native_gemm.cache_clear()
 

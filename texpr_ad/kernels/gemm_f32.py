@@ -1,26 +1,24 @@
-"""texpr_ad's own float32 matrix product for AVX-512 CPUs: a register-tiled micro-kernel.
+"""texpr_ad's own float32 matrix product for x86-64 CPUs: a register-tiled micro-kernel.
 
 Contraction stages (`cpu_render.contraction`) call `numba_cpu.stack_matmul`, which runs float32
-products here when `enabled()`, and through NumPy's BLAS otherwise.  Why: NumPy's OpenBLAS picks
-its kernels by CPU type, and where the environment pins it lower (`OPENBLAS_CORETYPE=Haswell`,
-as on this project's machines) or the build predates the CPU, it runs 256-bit AVX2 code on a
-512-bit machine.  Measured on 2 Zen 5 cores (`python -m bench.gemm` prints both, same run) on
-conv2d's three GEMMs (64x576x3136 per image and its two transposes): OpenBLAS Haswell 180-195
-GF/s, OpenBLAS SkylakeX (unpinned) 300-355 GF/s, this kernel 300-460 GF/s.
+products here when `enabled()`, through NumPy's BLAS otherwise.  Why: OpenBLAS picks kernels by
+CPU type, and where the environment pins it lower (`OPENBLAS_CORETYPE=Haswell`, as on this
+project's machines) or the build predates the CPU, it runs AVX2 code on an AVX-512 machine
+(`python -m bench.gemm` compares them and torch, same run, and prints the path taken).
+Vector paths (`TILES`): AVX-512 or AVX2 + FMA; elsewhere (ARM, older x86) BLAS.
 
 Layout (Goto/BLIS, with both operands read in place where they can be):
 
 * work items, run in a `prange`: (batch entry, group of up to MC rows, group of columns), rows
   first, so that each item reads its rows of A once;
 * each item walks k in equal chunks of at most KC; for each NR-wide column block of its group
-  it runs the micro-kernel on every MR-row panel of its rows.  A panel is read in place where
-  A's rows are contiguous (else, and for a row tail, from a zero-padded packed copy, MR floats
-  per k step); the block of B (chunk x NR floats, L2-resident) likewise where B's rows are
-  contiguous and the block is whole;
+  it runs the micro-kernel on every MR-row panel of its rows, read in place where A's rows are
+  contiguous (else, and for a row tail, packed); the block of B (chunk x NR floats) likewise
+  where B's rows are contiguous and the item has fewer than PACK panels (else packed);
 * the micro-kernel (`_tile`, LLVM IR through `numba.extending.intrinsic`) keeps the MR x NR
-  result in MR * NR / 16 zmm registers: per k step NR / 16 vector loads of B, MR broadcasts
-  of A and MR * NR / 16 fused multiply-adds; it stores the tile, or adds it to C after the
-  first chunk.  Tiles cut by a row or column tail go through a small tile buffer.
+  result in MR * NV vector registers: per k step NV vector loads of B, MR broadcasts of A and
+  MR * NV fused multiply-adds; it stores the tile, or adds it to C after the first chunk.
+  Tiles cut by a row or column tail go through a small tile buffer.
 
 Results differ from BLAS only by summation order (fused multiply-adds, chunked sums).
 `TEXPR_AD_GEMM=blas` turns it off, `=native` on regardless of the CPU.
@@ -34,25 +32,36 @@ import numpy as np
 from llvmlite import ir
 from numba import get_num_threads, njit, prange, types
 from numba.core import cgutils
+from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 
 from . import cache, threads
 from .._env import gemm_mode as mode, native_gemm as enabled  # noqa: F401  (its switch)
+from .._env import vector_isa
 
-MR, NV = 6, 4           # micro-tile rows, and zmm vectors per row (24 accumulators)
-W = 16                  # float32 lanes in a zmm register
+# path (`_env.GEMM_ISAS`, of the CPU Numba compiles for: its cache key) -> W lanes, MR x NV
+# vectors (accumulators; + NV loads of B, 1 broadcast), G, PACK (above), PF: floats prefetched
+# ahead on B's rows read in place.  AVX2's blocks of B are a cache line per row: in place, the
+# rows conflict in L1/L2 sets (next block prefetched); packed, G = 4 reads 256-byte runs.
+TILES = {"avx512": (16, 6, 4, 1, 1 << 62, 0),  # 32 zmm: 24 accumulators, a 6 x 64 tile
+         "avx2": (8, 6, 2, 4, 32, 16)}         # 16 ymm: 12 accumulators, a 6 x 16 tile
+ISA = vector_isa(*cpu_target.target_context.codegen().magic_tuple()[1:])
+W, MR, NV, G, PACK, PF = TILES[ISA or "avx2"]
 NR = NV * W             # micro-tile columns
-KC = 320                # most k per chunk (k splits into equal chunks): a B block is at most 80 KiB
+KC = 320                # most k per chunk (k splits into equal chunks): a B block is KC x NR floats
 MC = 64 * MR            # most rows per work item: a packed A chunk is at most 480 KiB (L2)
 MIN_FLOPS = 1 << 20     # smaller products go to BLAS (the prange launch would dominate)
 
+
+def describe() -> str:
+    """The path float32 products take (`avx512 6x64`, `avx2 6x16`, `numpy BLAS`), for benches."""
+    return f"{ISA or 'avx2 (split)'} {MR}x{NR}" if enabled() else "numpy BLAS"
+
+
 def _cached(**opts: Any) -> Any:
-    """`njit(cache=True, **opts)`: Numba keeps the compiled GEMM beside this file (or under
-    NUMBA_CACHE_DIR, or the user's cache folder).  Where it finds none of them writable (a
-    read-only install, no writable home), texpr_ad's own kernel folder (`cache.cache_dir`:
-    TEXPR_CACHE_DIR, ./.texpr_cache, the temp dir) holds it instead; with no writable folder
-    at all it is compiled in memory, as the generated kernels are (cache_dir's CacheWarning
-    says so), instead of Numba's "no locator available" error at import."""
+    """`njit(cache=True, **opts)`, cached by Numba beside this file (or NUMBA_CACHE_DIR, the
+    user's cache); else in `cache.cache_dir()` (a read-only install); else compiled in memory
+    with cache_dir's CacheWarning, not Numba's "no locator available" error at import."""
     def wrap(fn: Any) -> Any:
         try:
             return njit(cache=True, **opts)(fn)
@@ -146,8 +155,10 @@ def _compiled() -> Any:
     return _gemm
 
 
-def _micro_kernel(table: bool, a_table: bool = False) -> Any:
-    """The micro-kernel intrinsic `tile(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate)`:
+def _micro_kernel(table: bool, a_table: bool = False, ahead: int = 0,
+                  shape: tuple[int, ...] = (W, MR, NV)) -> Any:
+    """The micro-kernel intrinsic `tile(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate)`
+    for `shape` = (W, MR, NV) (a `TILES` entry; NR = NV * W):
 
         c[i*ldc + j] (+)= sum_p a[p*a_ps + arow(i)] * b[row(p) + j]  for i < MR, j < NR,
 
@@ -156,49 +167,55 @@ def _micro_kernel(table: bool, a_table: bool = False) -> Any:
     `a_table` (then `a_is` is the address of MR int64 row offsets: A's rows are windows of an
     implicit im2col, in a weight gradient), else i*a_is.  `a`, `b`, `c` are addresses of
     float32 data, `rows` of int64 row offsets, the strides count elements; the sum is added
-    to c when `accumulate`, stored otherwise."""
+    to c when `accumulate`, stored otherwise; b[row(p) + ahead] is prefetched if `ahead`."""
+    w, mr, nv = shape
     sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp,
                      types.intp, types.intp, types.intp, types.boolean)
 
     def codegen(context, builder, signature, args):
         a_at, a_ps, a_is, b_at, ldb, rows_at, kc, c_at, ldc, acc_flag = args
         f32 = ir.FloatType()
-        vty = ir.VectorType(f32, W)
+        vty = ir.VectorType(f32, w)
         pa, pb, pc = (builder.inttoptr(x, f32.as_pointer()) for x in (a_at, b_at, c_at))
         idx = ir.IntType(64)
         prow = builder.inttoptr(rows_at, idx.as_pointer())
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty] * 3),
-                                             f"llvm.fma.v{W}f32")
+                                             f"llvm.fma.v{w}f32")
 
         def vec(base, i, off):
             return builder.bitcast(builder.gep(base, [builder.add(i, idx(off))]), vty.as_pointer())
 
-        zero = ir.Constant(vty, [0.0] * W)
-        acc = [[cgutils.alloca_once_value(builder, zero) for _ in range(NV)] for _ in range(MR)]
-        crow = [builder.mul(idx(i), ldc) for i in range(MR)]
+        zero = ir.Constant(vty, [0.0] * w)
+        acc = [[cgutils.alloca_once_value(builder, zero) for _ in range(nv)] for _ in range(mr)]
+        crow = [builder.mul(idx(i), ldc) for i in range(mr)]
         if a_table:
             pat = builder.inttoptr(a_is, idx.as_pointer())
-            arow = [builder.load(builder.gep(pat, [idx(i)])) for i in range(MR)]
+            arow = [builder.load(builder.gep(pat, [idx(i)])) for i in range(mr)]
         else:
-            arow = [builder.mul(idx(i), a_is) for i in range(MR)]
+            arow = [builder.mul(idx(i), a_is) for i in range(mr)]
         with builder.if_then(acc_flag):
-            for i in range(MR):
-                for v in range(NV):
-                    builder.store(builder.load(vec(pc, crow[i], v * W), align=4), acc[i][v])
-        lanes0 = ir.Constant(ir.VectorType(ir.IntType(32), W), [0] * W)
+            for i in range(mr):
+                for v in range(nv):
+                    builder.store(builder.load(vec(pc, crow[i], v * w), align=4), acc[i][v])
+        i32 = ir.IntType(32)
+        lanes0 = ir.Constant(ir.VectorType(i32, w), [0] * w)
+        pft = ir.FunctionType(ir.VoidType(), [f32.as_pointer(), i32, i32, i32])
+        prefetch = cgutils.get_or_insert_function(builder.module, pft, "llvm.prefetch.p0")
 
         def k_loop(row):
             with cgutils.for_range(builder, kc) as loop:
                 p = loop.index
                 brow = row(p)
-                bv = [builder.load(vec(pb, brow, v * W), align=4) for v in range(NV)]
+                bv = [builder.load(vec(pb, brow, v * w), align=4) for v in range(nv)]
+                if ahead:  # (address, read, high locality, data)
+                    at = builder.gep(pb, [builder.add(brow, idx(ahead))])
+                    builder.call(prefetch, [at, i32(0), i32(3), i32(1)])
                 ak = builder.mul(p, a_ps)
-                for i in range(MR):
+                for i in range(mr):
                     s = builder.load(builder.gep(pa, [builder.add(ak, arow[i])]))
-                    sv = builder.insert_element(ir.Constant(vty, ir.Undefined), s,
-                                                ir.IntType(32)(0))
+                    sv = builder.insert_element(ir.Constant(vty, ir.Undefined), s, i32(0))
                     sv = builder.shuffle_vector(sv, ir.Constant(vty, ir.Undefined), lanes0)
-                    for v in range(NV):
+                    for v in range(nv):
                         builder.store(builder.call(fma, [sv, bv[v], builder.load(acc[i][v])]),
                                       acc[i][v])
 
@@ -206,9 +223,9 @@ def _micro_kernel(table: bool, a_table: bool = False) -> Any:
             k_loop(lambda p: builder.load(builder.gep(prow, [p])))
         else:
             k_loop(lambda p: builder.mul(p, ldb))
-        for i in range(MR):
-            for v in range(NV):
-                builder.store(builder.load(acc[i][v]), vec(pc, crow[i], v * W), align=4)
+        for i in range(mr):
+            for v in range(nv):
+                builder.store(builder.load(acc[i][v]), vec(pc, crow[i], v * w), align=4)
         return context.get_dummy_value()
 
     def tile(typingctx, a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate):
@@ -217,16 +234,19 @@ def _micro_kernel(table: bool, a_table: bool = False) -> Any:
     return intrinsic(tile)
 
 
-_tile_spaced, _tile_table, _tile_a_rows = (_micro_kernel(False), _micro_kernel(True),
-                                           _micro_kernel(False, True))
+_tile_spaced, _tile_table, _tile_a_rows, _tile_ahead = (
+    _micro_kernel(False), _micro_kernel(True, False, PF), _micro_kernel(False, True),
+    _micro_kernel(False, False, PF))
 
 
 @njit(inline="always")
-def _tile(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate):
-    """The micro-kernel (`_micro_kernel`) for B's rows in `rows` if that is not 0, else ldb
-    apart."""
+def _tile(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate, in_place):
+    """The micro-kernel (`_micro_kernel`) for B's rows in `rows` if that is not 0 (B in place),
+    else ldb apart; B read in place prefetches PF floats ahead on its rows."""
     if rows:
         _tile_table(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate)
+    elif in_place:
+        _tile_ahead(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate)
     else:
         _tile_spaced(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate)
 
@@ -245,12 +265,20 @@ def _pack_a(aq, r0, rows, pc, kc, ap):
 
 @_cached()
 def _pack_b(flat, q0, rows, cs, pc, kc, j0, cols, bt):
-    """bt[p, j] = B[pc + p, j0 + j] for j < cols, zero to NR (B[p, j] = flat[q0 + rows[p] +
-    j * cs])."""
-    for p in range(kc):
-        at = q0 + rows[pc + p] + j0 * cs
-        for j in range(NR):
-            bt[p, j] = flat[at + j * cs] if j < cols else 0.0
+    """bt[g, p, j] = B[pc + p, j0 + g*NR + j] for g*NR + j < cols, zero beyond (B[p, j] =
+    flat[q0 + rows[p] + j * cs]): G column blocks of NR, each a contiguous micro-panel."""
+    if cs == 1 and cols == G * NR:  # whole rows of the group: runs of G * NR floats
+        for p in range(kc):
+            at = q0 + rows[pc + p] + j0
+            for g in range(G):
+                for j in range(NR):
+                    bt[g, p, j] = flat[at + g * NR + j]
+        return
+    for g in range(G):
+        for p in range(kc):
+            at = q0 + rows[pc + p] + (j0 + g * NR) * cs
+            for j in range(NR):
+                bt[g, p, j] = flat[at + j * cs] if g * NR + j < cols else 0.0
 
 
 @_cached()
@@ -260,11 +288,12 @@ def _item(aq, flat, q0, brows, ldb, cs, cq, r0, rows, j0, j1, ap, bt, tile):
 
     Whole MR-row panels of A are read in place where A's rows are contiguous (a tail panel,
     or a strided A, is packed into `ap`); whole NR-column blocks of B likewise where its
-    columns are (`cs == 1`; a tail block, or strided columns, are packed into `bt`)."""
+    columns are (`cs == 1`) and the item has fewer than PACK panels (else G blocks at a time,
+    or a tail block, are packed into `bt`)."""
     k = aq.shape[1]
     lda, ldc = aq.strides[0] // 4, cq.strides[0] // 4
-    a_in_place, b_in_place = aq.strides[1] == 4, cs == 1
     n_panels = (rows + MR - 1) // MR
+    a_in_place, b_in_place = aq.strides[1] == 4, cs == 1 and n_panels < PACK
     full = rows // MR if a_in_place else 0  # panels read in place
     a0, b0, c0, r_at = aq.ctypes.data, flat.ctypes.data + 4 * q0, cq.ctypes.data, brows.ctypes.data
     ap0, bt0, t0 = ap.ctypes.data, bt.ctypes.data, tile.ctypes.data
@@ -276,14 +305,17 @@ def _item(aq, flat, q0, brows, ldb, cs, cq, r0, rows, j0, j1, ap, bt, tile):
             _pack_a(aq, r0 + full * MR, rows - full * MR, pc, kc, ap)
         for jb in range(j0, j1, NR):
             cols = min(NR, j1 - jb)
-            if b_in_place and cols == NR:
+            g = 0 if b_in_place else (jb - j0) // NR % G  # the block's panel in its packed group
+            in_place = b_in_place and cols == NR
+            if in_place:
                 if ldb >= 0:
                     b_at, b_ld, b_rows = b0 + 4 * (pc * ldb + jb), ldb, 0
                 else:
                     b_at, b_ld, b_rows = b0 + 4 * jb, 0, r_at + 8 * pc
             else:
-                _pack_b(flat, q0, brows, cs, pc, kc, jb, cols, bt)
-                b_at, b_ld, b_rows = bt0, NR, 0
+                if g == 0:
+                    _pack_b(flat, q0, brows, cs, pc, kc, jb, min(G * NR, j1 - jb), bt)
+                b_at, b_ld, b_rows = bt0 + 4 * g * KC * NR, NR, 0
             for ib in range(n_panels):
                 i0 = r0 + ib * MR
                 if ib < full:
@@ -293,9 +325,9 @@ def _item(aq, flat, q0, brows, ldb, cs, cq, r0, rows, j0, j1, ap, bt, tile):
                 mr = min(MR, r0 + rows - i0)
                 if mr == MR and cols == NR:
                     _tile(a_at, a_ps, a_is, b_at, b_ld, b_rows, kc, c0 + 4 * (i0 * ldc + jb), ldc,
-                          not first)
+                          not first, in_place)
                     continue
-                _tile(a_at, a_ps, a_is, b_at, b_ld, b_rows, kc, t0, NR, False)
+                _tile(a_at, a_ps, a_is, b_at, b_ld, b_rows, kc, t0, NR, False, in_place)
                 _merge_tile(cq, i0, jb, mr, cols, tile, first)
 
 
@@ -341,7 +373,7 @@ def _gemm(a, flat, qs, brows, ldb, cs, n, c, threads):
         rg = it // n_cg % n_rg
         cg = it % n_cg
         ap = np.empty(rows * KC, np.float32)
-        bt = np.empty((KC, NR), np.float32)
+        bt = np.empty((G, KC, NR), np.float32)
         tile = np.empty((MR, NR), np.float32)
         r0 = rg * rows
         _item(a[q], flat, q * qs, brows, ldb, cs, c[q], r0, min(rows, m - r0), cg * per_cg,
@@ -352,7 +384,8 @@ def _gemm(a, flat, qs, brows, ldb, cs, n, c, threads):
 def _item_a_rows(flat, qs, arows, b, c, r0, rows, j0, j1, ap, bt, tile):
     """c[r0:r0+rows, j0:j1] = sum_s A_s[r0:r0+rows] @ b[s][:, j0:j1], A_s[i, p] =
     flat[s*qs + arows[i] + p]: whole MR-row panels read in place through the row table, a tail
-    panel packed; B blocks in place where its rows are contiguous and the block is whole."""
+    panel packed; B blocks in place where its rows are contiguous, the block is whole and the
+    item has fewer than PACK panels."""
     nseg, k = b.shape[0], b.shape[1]
     ldc = c.strides[0] // 4
     full = rows // MR
@@ -362,7 +395,7 @@ def _item_a_rows(flat, qs, arows, b, c, r0, rows, j0, j1, ap, bt, tile):
     step = (k + (k + KC - 1) // KC - 1) // ((k + KC - 1) // KC)
     for q in range(nseg):
         bq = b[q]
-        ldb, b_in_place = bq.strides[0] // 4, bq.strides[1] == 4
+        ldb, b_in_place = bq.strides[0] // 4, bq.strides[1] == 4 and n_panels < PACK
         for pc in range(0, k, step):
             kc = min(step, k - pc)
             first = q == 0 and pc == 0
