@@ -191,10 +191,11 @@ class CPURender(_Render):
             self.emit(1, f"{name} = {alloc}({self.shape(st.shape)}, dtype=np.{_np_dtype(t.dtype)})")
         elif not (own or split):
             self.emit(1, f"{name}.fill(0)")
-        if split:
-            z = self.names.fresh(f"{st.name}_z")
-            self.parallel_head(1, z, f"{name}.shape[0]")
-            self.emit(2, f"{name}[{z}].fill(0)" if len(st.shape) > 1 else f"{name}[{z}] = 0")
+        if split:  # in parallel chunks of ZERO_CHUNK elements of the flat array (a fill call
+            z, flat = self.names.fresh(f"{st.name}_z"), self.names.fresh(f"{st.name}_flat")
+            self.emit(1, f"{flat} = {name}.reshape(-1)")  # per row of 64 cost more than the row)
+            self.parallel_head(1, z, f"({flat}.size + {ZERO_CHUNK - 1}) // {ZERO_CHUNK}")
+            self.emit(2, f"{flat}[{z} * {ZERO_CHUNK}:({z} + 1) * {ZERO_CHUNK}] = 0")
         depth, serial, bound = 1, st.order, {}
         if st.parallel_axis is not None and block:
             p, n = st.parallel_axis, int(st.parallel_axis.extent.value)  # type: ignore[attr-defined]
@@ -682,6 +683,8 @@ def _plain(group: Sequence[ComputeStage | ScatterStage]) -> bool:
     return len(group) == 1 and isinstance(st := group[0], ComputeStage) and st.cpu is not None \
         and st.cpu.lanes <= 1 and st.cpu.accumulate is None and st.cpu.contraction is None
 
+
+ZERO_CHUNK = 1 << 14  # elements a prange iteration zeroes in a parallel scatter's target
 
 # how each kind of shared loop (loopnest.LoopKind) at the top of the plan's nest is rendered
 NEST_RULES: dict[LoopKind, Callable[[CPURender, Loop], None]] = {
