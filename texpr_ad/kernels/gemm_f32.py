@@ -239,6 +239,33 @@ _tile_spaced, _tile_table, _tile_a_rows, _tile_ahead = (
     _micro_kernel(False, False, PF))
 
 
+@intrinsic
+def _transpose(typingctx, src, lds, dst, ldd):
+    """dst[j*ldd + i] = src[i*lds + j] for i, j < W (addresses of float32, strides in elements):
+    W vector loads, log2(W) rounds of shuffles (each swaps the off-diagonal halves of every
+    2h x 2h block), W vector stores."""
+    def codegen(context, builder, signature, args):
+        f32, i64 = ir.FloatType(), ir.IntType(64)
+        vty = ir.VectorType(f32, W)
+        ps, pd = (builder.inttoptr(x, f32.as_pointer()) for x in (args[0], args[2]))
+        at = [builder.bitcast(builder.gep(ps, [builder.mul(i64(i), args[1])]), vty.as_pointer())
+              for i in range(W)]
+        r = [builder.load(x, align=4) for x in at]
+        h = W // 2
+        while h:
+            lo = [L if L % (2 * h) < h else W + L - h for L in range(W)]
+            hi = [L + h if L % (2 * h) < h else W + L for L in range(W)]
+            for i in [i for i in range(W) if i % (2 * h) < h]:
+                r[i], r[i + h] = (builder.shuffle_vector(r[i], r[i + h], ir.Constant(
+                    ir.VectorType(ir.IntType(32), W), m)) for m in (lo, hi))
+            h //= 2
+        for i in range(W):
+            out = builder.gep(pd, [builder.mul(i64(i), args[3])])
+            builder.store(r[i], builder.bitcast(out, vty.as_pointer()), align=4)
+        return context.get_dummy_value()
+    return types.void(types.intp, types.intp, types.intp, types.intp), codegen
+
+
 @njit(inline="always")
 def _tile(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate, in_place):
     """The micro-kernel (`_micro_kernel`) for B's rows in `rows` if that is not 0 (B in place),
@@ -264,9 +291,21 @@ def _pack_a(aq, r0, rows, pc, kc, ap):
 
 
 @_cached()
-def _pack_b(flat, q0, rows, cs, pc, kc, j0, cols, bt):
+def _pack_b(flat, q0, rows, ldb, cs, pc, kc, j0, cols, bt):
     """bt[g, p, j] = B[pc + p, j0 + g*NR + j] for g*NR + j < cols, zero beyond (B[p, j] =
-    flat[q0 + rows[p] + j * cs]): G column blocks of NR, each a contiguous micro-panel."""
+    flat[q0 + rows[p] + j * cs], rows[p] = p * ldb if ldb >= 0): G column blocks of NR, each a
+    contiguous micro-panel."""
+    if ldb == 1 and cs != 1 and cols == G * NR:  # B transposed: W x W blocks transposed
+        src, dst, whole = flat.ctypes.data + 4 * (q0 + j0 * cs + pc), bt.ctypes.data, kc // W * W
+        for g in range(G):
+            for j in range(0, NR, W):
+                for p in range(0, whole, W):
+                    _transpose(src + 4 * ((g * NR + j) * cs + p), cs,
+                               dst + 4 * ((g * KC + p) * NR + j), NR)
+                for p in range(whole, kc):
+                    for jj in range(j, j + W):
+                        bt[g, p, jj] = flat[q0 + (j0 + g * NR + jj) * cs + pc + p]
+        return
     if cs == 1 and cols == G * NR:  # whole rows of the group: runs of G * NR floats
         for p in range(kc):
             at = q0 + rows[pc + p] + j0
@@ -314,7 +353,7 @@ def _item(aq, flat, q0, brows, ldb, cs, cq, r0, rows, j0, j1, ap, bt, tile):
                     b_at, b_ld, b_rows = b0 + 4 * jb, 0, r_at + 8 * pc
             else:
                 if g == 0:
-                    _pack_b(flat, q0, brows, cs, pc, kc, jb, min(G * NR, j1 - jb), bt)
+                    _pack_b(flat, q0, brows, ldb, cs, pc, kc, jb, min(G * NR, j1 - jb), bt)
                 b_at, b_ld, b_rows = bt0 + 4 * g * KC * NR, NR, 0
             for ib in range(n_panels):
                 i0 = r0 + ib * MR
