@@ -40,9 +40,8 @@ from .._env import gemm_mode as mode, native_gemm as enabled  # noqa: F401  (its
 from .._env import vector_isa
 
 # path (`_env.GEMM_ISAS`, of the CPU Numba compiles for: its cache key) -> W lanes, MR x NV
-# vectors (accumulators; + NV loads of B, 1 broadcast), G, PACK (above), PF: floats prefetched
-# ahead on B's rows read in place.  AVX2's blocks of B are a cache line per row: in place, the
-# rows conflict in L1/L2 sets (next block prefetched); packed, G = 4 reads 256-byte runs.
+# accumulators (+ NV loads of B, 1 broadcast), G, PACK (above), PF floats prefetched ahead on
+# B's rows read in place (AVX2's rows of a block are a line each: they conflict in L1/L2 sets).
 TILES = {"avx512": (16, 6, 4, 1, 1 << 62, 0),  # 32 zmm: 24 accumulators, a 6 x 64 tile
          "avx2": (8, 6, 2, 4, 32, 16)}         # 16 ymm: 12 accumulators, a 6 x 16 tile
 ISA = vector_isa(*cpu_target.target_context.codegen().magic_tuple()[1:])
@@ -133,13 +132,10 @@ def _compiled_a_rows() -> Any:
 
 def _run(a: np.ndarray, flat: np.ndarray, qs: int, rows: np.ndarray, ldb: int, cs: int, n: int,
          out: np.ndarray) -> None:
-    gemm = _compiled()
-    if out.strides[2] != 4:
-        tmp = np.empty(out.shape, np.float32)
-        gemm(a, flat, qs, rows, ldb, cs, n, tmp, get_num_threads())
-        out[...] = tmp
-        return
-    gemm(a, flat, qs, rows, ldb, cs, n, out, get_num_threads())
+    c = out if out.strides[2] == 4 else np.empty(out.shape, np.float32)  # rows contiguous
+    _compiled()(a, flat, qs, rows, ldb, cs, n, c, get_num_threads())
+    if c is not out:
+        out[...] = c
 
 
 @functools.cache
@@ -162,12 +158,11 @@ def _micro_kernel(table: bool, a_table: bool = False, ahead: int = 0,
 
         c[i*ldc + j] (+)= sum_p a[p*a_ps + arow(i)] * b[row(p) + j]  for i < MR, j < NR,
 
-    row(p) = rows[p] if `table` (B's rows unequally spaced: an implicit im2col), else p*ldb (a
-    separate build: the table load costs 6-13% where it is not needed); arow(i) = a_is[i] if
-    `a_table` (then `a_is` is the address of MR int64 row offsets: A's rows are windows of an
-    implicit im2col, in a weight gradient), else i*a_is.  `a`, `b`, `c` are addresses of
-    float32 data, `rows` of int64 row offsets, the strides count elements; the sum is added
-    to c when `accumulate`, stored otherwise; b[row(p) + ahead] is prefetched if `ahead`."""
+    row(p) = rows[p] if `table` (an implicit im2col; a separate build: the table load costs
+    6-13% where not needed), else p*ldb; arow(i) = a_is[i] if `a_table` (`a_is` the address of
+    MR int64 row offsets: an implicit im2col's weight gradient), else i*a_is.  `a`, `b`, `c`
+    are float32 addresses, `rows` of int64 offsets, strides in elements; the sum is added to c
+    when `accumulate`, else stored; b[row(p) + ahead] is prefetched if `ahead`."""
     w, mr, nv = shape
     sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp,
                      types.intp, types.intp, types.intp, types.boolean)
@@ -241,35 +236,35 @@ _tile_spaced, _tile_table, _tile_a_rows, _tile_ahead = (
 
 @intrinsic
 def _transpose(typingctx, src, lds, dst, ldd):
-    """dst[j*ldd + i] = src[i*lds + j] for i, j < W (addresses of float32, strides in elements):
-    W vector loads, log2(W) rounds of shuffles (each swaps the off-diagonal halves of every
-    2h x 2h block), W vector stores."""
+    """dst[j*ldd + i] = src[i*lds + j] for i, j < W (float32 addresses, strides in elements): W
+    vector loads, log2(W) rounds of shuffles swapping the off-diagonal halves of every 2h x 2h
+    block, W vector stores."""
     def codegen(context, builder, signature, args):
         f32, i64 = ir.FloatType(), ir.IntType(64)
-        vty = ir.VectorType(f32, W)
-        ps, pd = (builder.inttoptr(x, f32.as_pointer()) for x in (args[0], args[2]))
-        at = [builder.bitcast(builder.gep(ps, [builder.mul(i64(i), args[1])]), vty.as_pointer())
-              for i in range(W)]
-        r = [builder.load(x, align=4) for x in at]
+        vty, mty = ir.VectorType(f32, W), ir.VectorType(ir.IntType(32), W)
+
+        def row(at, ld, i):  # row i of the block at address `at`, as a vector pointer
+            first = builder.inttoptr(at, f32.as_pointer())
+            return builder.bitcast(builder.gep(first, [builder.mul(i64(i), ld)]), vty.as_pointer())
+
+        r = [builder.load(row(args[0], args[1], i), align=4) for i in range(W)]
         h = W // 2
         while h:
-            lo = [L if L % (2 * h) < h else W + L - h for L in range(W)]
-            hi = [L + h if L % (2 * h) < h else W + L for L in range(W)]
-            for i in [i for i in range(W) if i % (2 * h) < h]:
-                r[i], r[i + h] = (builder.shuffle_vector(r[i], r[i + h], ir.Constant(
-                    ir.VectorType(ir.IntType(32), W), m)) for m in (lo, hi))
+            lo, hi = ([L + d if L % (2 * h) < h else W + L - h + d for L in range(W)]
+                      for d in (0, h))
+            for i in (i for i in range(W) if i % (2 * h) < h):
+                r[i], r[i + h] = (builder.shuffle_vector(r[i], r[i + h], ir.Constant(mty, m))
+                                  for m in (lo, hi))
             h //= 2
         for i in range(W):
-            out = builder.gep(pd, [builder.mul(i64(i), args[3])])
-            builder.store(r[i], builder.bitcast(out, vty.as_pointer()), align=4)
+            builder.store(r[i], row(args[2], args[3], i), align=4)
         return context.get_dummy_value()
     return types.void(types.intp, types.intp, types.intp, types.intp), codegen
 
 
 @njit(inline="always")
 def _tile(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate, in_place):
-    """The micro-kernel (`_micro_kernel`) for B's rows in `rows` if that is not 0 (B in place),
-    else ldb apart; B read in place prefetches PF floats ahead on its rows."""
+    """`_micro_kernel` for B's rows in `rows` if not 0, else ldb apart; in place: PF ahead."""
     if rows:
         _tile_table(a, a_ps, a_is, b, ldb, rows, kc, c, ldc, accumulate)
     elif in_place:
@@ -292,9 +287,8 @@ def _pack_a(aq, r0, rows, pc, kc, ap):
 
 @_cached()
 def _pack_b(flat, q0, rows, ldb, cs, pc, kc, j0, cols, bt):
-    """bt[g, p, j] = B[pc + p, j0 + g*NR + j] for g*NR + j < cols, zero beyond (B[p, j] =
-    flat[q0 + rows[p] + j * cs], rows[p] = p * ldb if ldb >= 0): G column blocks of NR, each a
-    contiguous micro-panel."""
+    """bt[g, p, j] = B[pc + p, j0 + g*NR + j] for g*NR + j < cols, else 0: G micro-panels of NR
+    columns (B[p, j] = flat[q0 + rows[p] + j * cs], rows[p] = p * ldb if ldb >= 0)."""
     if ldb == 1 and cs != 1 and cols == G * NR:  # B transposed: W x W blocks transposed
         src, dst, whole = flat.ctypes.data + 4 * (q0 + j0 * cs + pc), bt.ctypes.data, kc // W * W
         for g in range(G):
@@ -357,10 +351,8 @@ def _item(aq, flat, q0, brows, ldb, cs, cq, r0, rows, j0, j1, ap, bt, tile):
                 b_at, b_ld, b_rows = bt0 + 4 * g * KC * NR, NR, 0
             for ib in range(n_panels):
                 i0 = r0 + ib * MR
-                if ib < full:
-                    a_at, a_ps, a_is = a0 + 4 * (i0 * lda + pc), 1, lda
-                else:
-                    a_at, a_ps, a_is = ap0 + 4 * (ib - full) * kc * MR, MR, 1
+                a_at, a_ps, a_is = (a0 + 4 * (i0 * lda + pc), 1, lda) if ib < full else \
+                    (ap0 + 4 * (ib - full) * kc * MR, MR, 1)
                 mr = min(MR, r0 + rows - i0)
                 if mr == MR and cols == NR:
                     _tile(a_at, a_ps, a_is, b_at, b_ld, b_rows, kc, c0 + 4 * (i0 * ldc + jb), ldc,
@@ -375,10 +367,7 @@ def _merge_tile(c, i0, j0, mr, cols, tile, first):
     """c[i0:i0+mr, j0:j0+cols] (+)= the tile buffer's corner: a tile cut by a tail."""
     for i in range(mr):
         for j in range(cols):
-            if first:
-                c[i0 + i, j0 + j] = tile[i, j]
-            else:
-                c[i0 + i, j0 + j] += tile[i, j]
+            c[i0 + i, j0 + j] = tile[i, j] if first else c[i0 + i, j0 + j] + tile[i, j]
 
 
 @_cached()
@@ -408,9 +397,7 @@ def _gemm(a, flat, qs, brows, ldb, cs, n, c, threads):
         return
     rows, n_rg, per_cg, n_cg = _items(nb, m, n, threads)
     for it in prange(nb * n_rg * n_cg):
-        q = it // (n_rg * n_cg)
-        rg = it // n_cg % n_rg
-        cg = it % n_cg
+        q, rg, cg = it // (n_rg * n_cg), it // n_cg % n_rg, it % n_cg
         ap = np.empty(rows * KC, np.float32)
         bt = np.empty((G, KC, NR), np.float32)
         tile = np.empty((MR, NR), np.float32)
