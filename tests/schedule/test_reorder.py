@@ -7,7 +7,7 @@ import numpy as np
 import texpr_ad as ta
 from texpr_ad import te
 from texpr_ad.schedule import plan_kernel
-from texpr_ad.te.expr import Reduce
+from texpr_ad.te.expr import Const, Reduce
 from texpr_ad.te.visit import walk
 
 
@@ -67,3 +67,32 @@ def test_symbolic_dims_keep_memory_order_and_lanes():
     xs = np.random.default_rng(9).standard_normal((3, 5, 70)).astype("f4")
     (got,) = ta.build([s], [x])(xs)
     np.testing.assert_allclose(got, xs.astype(np.float64).sum((1, 2)), rtol=1e-5, atol=1e-4)
+
+
+def test_a_band_written_as_where_loops_over_the_band_only():
+    """Sliding-window attention's row max and sum: `where=(k <= i) & (i - k < 16)` over 128
+    columns becomes k in [max(i - 15, 0), i], as `reduce_axis` bounds would say it, and the
+    band's loop runs in lanes; the values are NumPy's."""
+    t, band = 128, 16
+    s = te.placeholder((4, t, t), "float32", name="s")
+    k1, k2 = te.reduce_axis((0, t), "k"), te.reduce_axis((0, t), "k")
+
+    def inside(i, k):
+        return te.all(k <= i, i - k < band)
+    mx = te.compute((4, t), lambda b, i: te.max(s[b, i, k1], axis=k1, where=inside(i, k1)), name="mx")
+    tot = te.compute((4, t), lambda b, i: te.sum(s[b, i, k2] * 2.0, axis=k2, where=inside(i, k2)),
+                     name="tot")
+    plan = plan_kernel([mx, tot], [s])
+    for name in ("mx", "tot"):
+        st = plan.stage(name)
+        (r,) = {x for b in st.bodies for x in walk(b) if isinstance(x, Reduce)}
+        assert isinstance(r.condition, Const) and r.condition.value is True, str(plan)
+        assert "tightened" in " ".join(st.notes) and not isinstance(r.axis[0].lo, Const), str(plan)
+        assert st.cpu.lanes > 1, str(plan)
+    xs = np.random.default_rng(10).standard_normal((4, t, t)).astype("f4")
+    got_mx, got_tot = ta.build([mx, tot], [s])(xs)
+    i, k = np.arange(t)[:, None], np.arange(t)[None, :]
+    keep = (k <= i) & (i - k < band)
+    np.testing.assert_array_equal(got_mx, np.where(keep, xs, -np.inf).max(-1))
+    np.testing.assert_allclose(got_tot, np.where(keep, 2.0 * xs.astype(np.float64), 0).sum(-1),
+                               rtol=1e-5, atol=1e-5)

@@ -68,7 +68,7 @@ from .contraction import Operand, Role, SumOfProduct, normal_form, product
 from .cpu_col2im import col2im_scatter
 from .cpu_invariants import hoist, workspace
 from .fuse import fuse
-from .reorder import reorder_reductions
+from .reorder import reorder_reductions, tighten
 from .fuse import stage_reads as _reads
 from .loopnest import Place, refs
 from .nest import MIN_PARALLEL_CHUNKS, Expander, compute_stage
@@ -281,6 +281,8 @@ def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
             raise ScheduleError(f"stage {st.name!r} is not a contraction sum_k A[..] * B[..] over "
                                 f"plain axes covering whole operand dims with static sizes of at "
                                 f"least {MIN_BLAS_WORK} multiply-adds; remove the 'blas' override")
+    if not loop_keys:
+        st = tighten(st)
     if math.isinf(_work(st.axes, st.bodies)):  # symbolic dims: sizes unknown until the call:
         if loop_keys or not ov.get("accumulate", True):  # no split sums, but memory order
             return st                                      # and lanes
@@ -345,10 +347,12 @@ def _lanes(st: ComputeStage) -> int:
             "float32", "float64") or not (isinstance(cond, Const) and cond.value is True):
         return 1
     k, n = axes[-1], _const(axes[-1].extent)
-    if not isinstance(k.lo, Const) or (n is not None and n < 4 * LANES):
+    if n is not None and n < 4 * LANES:
         return 1  # short (a symbolic extent counts as long)
-    if any(bounds_depend_on_axes(a) for a in axes):
-        return 1
+    if (len(axes) > 1 and (not isinstance(k.lo, Const) or any(map(bounds_depend_on_axes, axes)))
+            or any(isinstance(x, Read) for e in (k.lo, k.extent) for x in walk(e))):
+        return 1  # one axis may run over bounds set by the data axes (a band), not read from
+        #           data (its reads are then checked at loop entry, which lanes would lose)
     reads = [x for x in walk(src[0]) if isinstance(x, Read)]
     return LANES if any(k in _last_index_axes(x) for x in reads) else 1
 

@@ -1,4 +1,11 @@
-"""CPU rewrite `reorder`: a reduction's loops run in memory order, the unit-stride axis innermost.
+"""CPU rewrites of a reduction's loops: `where=` bounds become its range (`tighten`), and its
+axes run in memory order, the unit-stride axis innermost (`reorder_reductions`).
+
+A band or causal mask written as `where=(k <= i) & (i - k < 64)` is a condition tested at all
+256 values of k; the same sum written with `reduce_axis((i - 63, i + 1))` loops over 64.  A
+formulation's spelling should not change its cost, so `tighten` folds every affine condition
+on the reduction's axes into their bounds (deriv.solver.invert, Fourier-Motzkin: each axis'
+bounds use only outer axes), keeping the rest as the condition.
 
 An index expression fixes its reduction axes in the order the author (or the differentiator)
 listed them, not in the order its reads are laid out: group norm's backward sums
@@ -12,16 +19,53 @@ max and min are exact in any order.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
-from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind
-from ..te.visit import transform, walk
+from ..deriv.solver import invert
+from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind, const
+from ..te.visit import substitute, transform, walk
 from .nest import reduction_notes
 from .plan import ComputeStage
 
 KINDS = (ReduceKind.SUM, ReduceKind.MAX, ReduceKind.MIN)  # reducers whose terms commute exactly
 #                                                          or within float rounding
+
+
+def tighten(st: ComputeStage) -> ComputeStage:
+    """`st` with the affine `where=` conditions of its reductions folded into their ranges."""
+    done: dict[tuple, Reduce | None] = {}
+    for r in (x for b in st.bodies for x in walk(b) if isinstance(x, Reduce)):
+        if r.loop_key not in done:
+            done[r.loop_key] = _tightened(r)
+    new = {k: v for k, v in done.items() if v is not None}
+    if not new:
+        return st
+
+    def fn(x: Expr) -> Expr | None:
+        if isinstance(x, Reduce) and x.loop_key in new:
+            t = new[x.loop_key]
+            assert t is not None
+            return replace(t, value_index=x.value_index, dtype=x.dtype)
+        return None
+    bodies = tuple(transform(b, fn) for b in st.bodies)
+    return replace(st, bodies=bodies, reduction=reduction_notes(bodies, st.axes), notes=(
+        *st.notes, "tightened: the affine where= conditions of its reduction are its loop range"))
+
+
+def _tightened(r: Reduce) -> Reduce | None:
+    """`r` over the ranges its condition allows, or None where no condition part is affine."""
+    if isinstance(r.condition, Const) and r.condition.value is True:
+        return None
+    inv = invert([], list(r.axis), [], [r.condition])
+    if inv is None or (len(inv.conditions) == 1 and inv.conditions[0].same_as(r.condition)):
+        return None
+    sub = {a: v for a, v in inv.subst.items() if v is not a}
+    cond = functools.reduce(lambda a, b: a & b, inv.conditions) if inv.conditions else const(True)
+    return replace(r, axis=inv.new_axes, condition=substitute(cond, sub) if sub else cond,
+                   source=tuple(substitute(e, sub) for e in r.source) if sub else r.source,
+                   init=tuple(substitute(e, sub) for e in r.init) if sub else r.init)
 
 
 def reorder_reductions(st: ComputeStage) -> ComputeStage:
@@ -53,8 +97,8 @@ def _memory_order(r: Reduce) -> tuple[IterVar, ...]:
         return r.axis
     stride = {a: math.inf for a in r.axis}
     reads = [x for s in r.source for x in walk(s) if isinstance(x, Read)]
-    big = max((_size(x) for x in reads), default=0.0)
-    for x in (x for x in reads if _size(x) == big):  # what misses the cache: the largest
+    big = max((_elements(x.tensor.shape) for x in reads), default=0.0)
+    for x in (x for x in reads if _elements(x.tensor.shape) == big):  # what misses the cache: the largest
         for d, ix in enumerate(x.indices):
             s = _dim_stride(x, d)
             for v in walk(ix):
@@ -66,10 +110,6 @@ def _memory_order(r: Reduce) -> tuple[IterVar, ...]:
 def _dim_stride(x: Read, d: int) -> float:
     """The row-major stride of dim `d` of the tensor `x` reads (inf past a symbolic dim)."""
     return _elements(x.tensor.shape[d + 1:])
-
-
-def _size(x: Read) -> float:
-    return _elements(x.tensor.shape)
 
 
 def _elements(shape: tuple[Expr, ...]) -> float:
