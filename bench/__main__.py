@@ -351,7 +351,7 @@ def blas_line(torch: Any) -> str:
     except ImportError:
         libs = ["unknown (no threadpoolctl)"]
     pinned = os.environ.get("OPENBLAS_CORETYPE")
-    ours = "texpr_ad AVX-512 GEMM" if gemm_f32.enabled() else "numpy BLAS"
+    ours = f"texpr_ad GEMM {gemm_f32.describe()}" if gemm_f32.enabled() else "numpy BLAS"
     return (f"texpr_ad float32 contractions: {ours} (TEXPR_AD_GEMM={gemm_f32.mode()}); "
             f"numpy BLAS: {', '.join(libs) or 'none found'}"
             + (f", pinned by OPENBLAS_CORETYPE={pinned}" if pinned else "")
