@@ -96,3 +96,26 @@ def test_a_band_written_as_where_loops_over_the_band_only():
     np.testing.assert_array_equal(got_mx, np.where(keep, xs, -np.inf).max(-1))
     np.testing.assert_allclose(got_tot, np.where(keep, 2.0 * xs.astype(np.float64), 0).sum(-1),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_a_causal_sum_over_a_small_table_accumulates_rows():
+    """An EMA written as its unrolled scan, y[n, i, f] = sum_{s <= i} pw[f, i - s] x[n, s, f]:
+    the causal where= becomes s in [0, i] (tighten), and the sum accumulates whole rows over f
+    although pw is read across f at a stride: a 32 Ki-element table stays in cache."""
+    b, t, c = 8, 64, 128  # x: 64 Ki elements (streams), pw: 8 Ki (cached); f is the row
+    x = te.placeholder((b, t, c), "float32", name="x")
+    pw = te.placeholder((c, t), "float32", name="pw")
+    s = te.reduce_axis((0, t), "s")
+    y = te.compute((b, t, c), lambda n, i, f: te.sum(pw[f, i - s] * x[n, s, f], axis=s,
+                                                     where=s <= i), name="y")
+    plan = plan_kernel([y], [x, pw])
+    acc = plan.stage("y").cpu.accumulate
+    assert acc is not None and acc.row is not None and acc.row.name == "f", str(plan)
+    r = np.random.default_rng(11)
+    xs, ps = r.standard_normal((b, t, c)).astype("f4"), r.standard_normal((c, t)).astype("f4")
+    (got,) = ta.build([y], [x, pw])(xs, ps)
+    want = np.zeros((b, t, c))
+    for i in range(t):
+        for j in range(i + 1):
+            want[:, i] += ps[:, i - j].astype(np.float64) * xs[:, j]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -56,6 +56,7 @@ from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 
+from ..te.bounds import bound
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, ReduceKind, const
 from ..te.ops import Op
 from ..te.printer import expr_str
@@ -68,7 +69,7 @@ from .contraction import Operand, Role, SumOfProduct, normal_form, product
 from .cpu_col2im import col2im_scatter
 from .cpu_invariants import hoist, workspace
 from .fuse import fuse
-from .reorder import reorder_reductions, tighten
+from .reorder import reorder_reductions, static_size, tighten
 from .fuse import stage_reads as _reads
 from .loopnest import Place, refs
 from .nest import MIN_PARALLEL_CHUNKS, Expander, compute_stage
@@ -85,6 +86,7 @@ SPLIT_MAX_POINTS = 1 << 16  # split a reduction only if its output has at most t
 SPLIT_MIN_WORK = 1 << 15  # ... and it has at least this many iterations
 SPLIT_CHUNKS = 16  # partial results of a split reduction (>= the thread count, for balance)
 SCATTER_BLOCK = 64  # values of a scatter's parallel axis per prange iteration (when it is last)
+CACHE_RESIDENT = 1 << 15  # elements of a tensor read from cache wherever it is read (128 KiB)
 CACHE_LINE_F32 = 16  # float32 values in a 64-byte cache line: the smallest scatter block
 LANE_KINDS = (ReduceKind.SUM, ReduceKind.MAX, ReduceKind.MIN)  # reducers with a vector step
 LANES = 8  # float32 SIMD lanes (AVX2) a contiguous reduction is vectorized into (see _lanes)
@@ -283,7 +285,7 @@ def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
                                 f"least {MIN_BLAS_WORK} multiply-adds; remove the 'blas' override")
     if not loop_keys:
         st = tighten(st)
-    if math.isinf(_work(st.axes, st.bodies)):  # symbolic dims: sizes unknown until the call:
+    if _symbolic(st):  # sizes known only at the call:
         if loop_keys or not ov.get("accumulate", True):  # no split sums, but memory order
             return st                                      # and lanes
         st = reorder_reductions(st)
@@ -304,6 +306,15 @@ def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
     if not loop_keys:
         return _split_div_mod(st)
     return st
+
+
+def _symbolic(st: ComputeStage) -> bool:
+    """Whether a loop's extent has no static bound (a symbolic dim); a band's bounds that the
+    data axes set (`k in [i - 63, i]`) are bounded."""
+    exts = [a.extent for a in st.axes] + [a.extent for b in st.bodies for x in walk(b)
+                                           if isinstance(x, Reduce) for a in x.axis]
+    return any(not isinstance(e, Const) and ((b := bound(e, True)) is None or bool(b[0]))
+               for e in exts)
 
 
 def _split_div_mod(st: ComputeStage) -> ComputeStage:
@@ -541,6 +552,11 @@ def _last_index_axes(r: Read) -> set[IterVar]:
     return {x for x in walk(r.indices[-1]) if isinstance(x, IterVar)} if r.indices else set()
 
 
+def _resident(x: Read) -> bool:
+    """Whether `x` reads a tensor small enough to stay in cache (CACHE_RESIDENT elements)."""
+    return static_size(x.tensor.shape) <= CACHE_RESIDENT
+
+
 def _accumulate(st: ComputeStage) -> Accumulate | None:
     """Row accumulation and/or a split into partial results, or None (scalar accumulators)."""
     groups = [[x for x in walk(b) if isinstance(x, Reduce)] for b in st.bodies]
@@ -550,16 +566,18 @@ def _accumulate(st: ComputeStage) -> Accumulate | None:
     r = next(x for g in groups for x in g)
     if len(r.source) != 1 or r.combiner.kind is ReduceKind.CUSTOM:
         return None
-    if any(bounds_depend_on_axes(a) for a in r.axis):
-        return None  # bounds depend on the data axes
+    dependent = {v for a in r.axis for e in (a.lo, a.extent) for v in walk(e)
+                 if isinstance(v, IterVar)}  # data axes the reduction's bounds use (a band)
     reads = [x for x in walk(r.source[0]) if isinstance(x, Read)]
     red = set(r.axis)
     row = None
-    if st.order and st.order[-1] is st.axes[-1]:
+    if st.order and st.order[-1] is st.axes[-1] and st.axes[-1] not in dependent:
         j = st.axes[-1]
         # reads along j stream contiguously (j last, no reduction axis last); reads not
-        # depending on j (mean[i], ...) are invariant in the inner loop
+        # depending on j (mean[i], ...) are invariant in the inner loop, and beside a read
+        # that streams, a cache-resident tensor (a table of powers) need not
         along = [x for x in reads if any(v is j for i in x.indices for v in walk(i))]
+        along = [x for x in along if not _resident(x)] or along
         if (_const(j.extent) or 0) >= 16 and along and all(
                 j in _last_index_axes(x) and not _last_index_axes(x) & red for x in along):
             row = j
@@ -569,7 +587,8 @@ def _accumulate(st: ComputeStage) -> Accumulate | None:
     split = None
     first = r.axis[0]
     if (points <= SPLIT_MAX_POINTS and work >= SPLIT_MIN_WORK and outer < MIN_PARALLEL_CHUNKS
-            and _const(first.extent) is not None and _const(first.extent) >= 2 * SPLIT_CHUNKS):
+            and not dependent and _const(first.extent) is not None
+            and _const(first.extent) >= 2 * SPLIT_CHUNKS):
         split = first
     if split is None and st.parallel and st.fused >= len(st.order):
         row = None  # the prange already runs over the row axis

@@ -97,8 +97,8 @@ def _memory_order(r: Reduce) -> tuple[IterVar, ...]:
         return r.axis
     stride = {a: math.inf for a in r.axis}
     reads = [x for s in r.source for x in walk(s) if isinstance(x, Read)]
-    big = max((_elements(x.tensor.shape) for x in reads), default=0.0)
-    for x in (x for x in reads if _elements(x.tensor.shape) == big):  # what misses the cache: the largest
+    big = max((static_size(x.tensor.shape) for x in reads), default=0.0)
+    for x in (x for x in reads if static_size(x.tensor.shape) == big):  # what misses the cache: the largest
         for d, ix in enumerate(x.indices):
             s = _dim_stride(x, d)
             for v in walk(ix):
@@ -109,10 +109,11 @@ def _memory_order(r: Reduce) -> tuple[IterVar, ...]:
 
 def _dim_stride(x: Read, d: int) -> float:
     """The row-major stride of dim `d` of the tensor `x` reads (inf past a symbolic dim)."""
-    return _elements(x.tensor.shape[d + 1:])
+    return static_size(x.tensor.shape[d + 1:])
 
 
-def _elements(shape: tuple[Expr, ...]) -> float:
+def static_size(shape: tuple[Expr, ...]) -> float:
+    """Elements of a tensor of `shape` (inf when a dim is symbolic)."""
     n = 1.0
     for e in shape:
         n *= float(e.value) if isinstance(e, Const) else math.inf
