@@ -18,7 +18,7 @@ BUDGET = {
     "te": 2800,
     "deriv": 1700,
     "ops": 2700,
-    "schedule": 3000,
+    "schedule": 3050,
     "kernels": 3250,
     "relax_bridge": 3050,
     "report": 1450,
