@@ -19,7 +19,7 @@ BUDGET = {
     "deriv": 1700,
     "ops": 2700,
     "schedule": 3050,
-    "kernels": 3250,
+    "kernels": 3300,
     "relax_bridge": 3050,
     "report": 1450,
     "testing": 500,

@@ -166,7 +166,7 @@ def test_never_inline_reductions_broadcasts_or_multiple_reads():
     R = te.compute((100,), lambda i: te.sum(A[i, k], axis=k), name="R")      # has a reduction
     Bc = te.compute((100, 50), lambda i, j: A[i, j] + R[i], name="Bc")
     E = te.compute((100,), lambda i: A[i, 0] * 3.0, name="E")                # broadcast read
-    F = te.compute((100, 50), lambda i, j: Bc[i, j] * E[i] + Bc[i, j], name="F")  # Bc read twice
+    F = te.compute((100, 50), lambda i, j: Bc[i, j] * E[i] + Bc[i, 49 - j], name="F")  # Bc at 2 points
     plan, _ = render([F], [A])
     assert [s.name for s in plan.stages] == ["R", "Bc", "E", "F"] and not plan.inlined
     text = str(plan)

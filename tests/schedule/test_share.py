@@ -58,3 +58,18 @@ def test_a_value_at_other_indices_or_a_cheap_body_is_not_shared():
     f = np.exp(np.tanh(xs.astype(np.float64)) * 2 + 1)
     np.testing.assert_allclose(gt, f.T + f, rtol=1e-5)
     np.testing.assert_allclose(gs, f[1:], rtol=1e-5)
+
+
+def test_a_value_read_twice_at_one_point_is_inlined_and_computed_once():
+    """SiLU of a normalization, y * sigmoid(y): the normalized y is read twice by one reader at
+    one point, so it is inlined (no array) and rendered once, as a local, with its math."""
+    x = te.placeholder((64, 48), "float32", name="x")
+    y = te.compute((64, 48), lambda i, j: te.tanh(x[i, j]) * 3.0 + 1.0, name="y")
+    z = te.compute((64, 48), lambda i, j: y[i, j] * te.sigmoid(y[i, j]), name="z")
+    k = ta.build([z], [x])
+    assert [s.name for s in k.plan.stages] == ["z"], str(k.plan)
+    assert "read 2 times at one point" in str(k.plan)
+    assert k.source.split("def texpr_kernel")[1].count("tanh") == 1, k.source  # once, a local
+    xs = np.random.default_rng(14).standard_normal((64, 48)).astype("f4")
+    v = np.tanh(xs.astype(np.float64)) * 3 + 1
+    np.testing.assert_allclose(k(xs)[0], v / (1 + np.exp(-v)), rtol=1e-5, atol=1e-6)

@@ -32,6 +32,8 @@ from ..schedule.plan import ComputeStage, Plan, ScatterStage, wide_sum
 KERNEL_NAME = "texpr_kernel"
 NEST_LIMIT = 24  # deeper subexpressions are bound to locals (Python's parser stops at 200 parens)
 SHARE_MIN = 80  # a repeated subexpression longer than this is bound to a local once
+COSTLY = frozenset(o for o in Op if o.name in (  # ... as is one holding a math call
+    "EXP", "LOG", "LOG1P", "SQRT", "RSQRT", "TANH", "POW", "ERF", "SIGMOID", "SIN", "COS"))
 CHECK_NAME = "_chk"
 ERR_NAME = "err"
 WIDE_ZERO = "np.float64(0.0)"  # a wide sum's float64 accumulator starts here (plan.wide_sum)
@@ -239,17 +241,20 @@ class _Render:
     # -- expressions ----------------------------------------------------------------------
     def expr(self, e: Expr, env: dict[Expr, str]) -> str:
         """`e` as source.  Iterative over the expression DAG; a subexpression that would nest
-        deeper than `NEST_LIMIT` or that repeats with more than `SHARE_MIN` characters is bound
-        to a local first (`pending`, written before the next emitted statement), where it is
+        deeper than `NEST_LIMIT` or that repeats with more than `SHARE_MIN` characters or a
+        math call (`COSTLY`) is bound to a local first (`pending`, written before the next emitted statement), where it is
         evaluated on every path (not in a select branch or the right side of `and`/`or`)."""
         strict, uses = _occurrences(e, env, self.recip)
         text: dict[Expr, str] = {}
         nest: dict[Expr, int] = {}
         has_read: dict[Expr, bool] = {}
+        costly: dict[Expr, bool] = {}
         for x in _postorder(e, env, self.recip):
             s, n = self._node(x, env, text, nest, has_read)
-            if (n > NEST_LIMIT or (uses.get(x, 0) > 1 and len(s) > SHARE_MIN)) and x in strict \
-                    and isinstance(x, (Call, Read)) and x not in env:
+            costly[x] = isinstance(x, Call) and (x.op in COSTLY or any(
+                costly.get(c, False) for c in x.args))
+            if (n > NEST_LIMIT or (uses.get(x, 0) > 1 and (len(s) > SHARE_MIN or costly[x]))) \
+                    and x in strict and isinstance(x, (Call, Read)) and x not in env:
                 name = self.names.fresh(f"{self.scope or 'v'}_t")
                 self.pending.append(f"{name} = {top(s)}")
                 s, n = name, 0

@@ -245,6 +245,8 @@ def _inline_ok(op: ComputeOp | ScatterOp, uses: list[_Use], is_output: bool) -> 
         return "it contains a reduction (inlining could repeat its work)"
     if _plain_read(op.body[0]) and not any(u.in_bound for u in uses):
         return None  # a copy/broadcast/transpose: re-reading its source costs what reading it would
+    if _one_point(uses):
+        uses = uses[:1]  # one value read several times at one point: rendered once (a local)
     if len(uses) != 1:
         return f"it is read {len(uses)} times (inlining would recompute it)"
     u = uses[0]
@@ -257,6 +259,14 @@ def _inline_ok(op: ComputeOp | ScatterOp, uses: list[_Use], is_output: bool) -> 
             and len(set(ix)) == len(ix) == len(u.reader.axis) and set(ix) == set(u.reader.axis)):
         return f"it is read at {expr_str(u.read)}, not at a permutation of the reader's axes"
     return None
+
+
+def _one_point(uses: list[_Use]) -> bool:
+    """All uses are one reader's reads at the same indices outside any reduction (`y * sigmoid(y)`
+    of a normalization's output): the renderer binds the repeated value to a local."""
+    u0 = uses[0]
+    return len(uses) > 1 and all(u.reader is u0.reader and u.read.same_as(u0.read)
+                                 and not (u.under_reduce or u.in_bound) for u in uses)
 
 
 def _reduction_reads_fewer(op: ComputeOp, u: _Use) -> bool:
@@ -272,9 +282,9 @@ def _reduction_reads_fewer(op: ComputeOp, u: _Use) -> bool:
 
 def _inline_reason(op: ComputeOp, us: list[_Use]) -> str:
     """Why `op`, read by `us`, is inlined (the plan's `inlined` lines)."""
-    if len(us) == 1 and not us[0].under_reduce:
-        return (f"read once, outside any reduction, at the reader's own data axes "
-                f"({expr_str(us[0].read)})")
+    if (len(us) == 1 or _one_point(us)) and not us[0].under_reduce:
+        return (f"read {'once' if len(us) == 1 else f'{len(us)} times at one point'}, outside "
+                f"any reduction, at the reader's own data axes ({expr_str(us[0].read)})")
     if _plain_read(op.body[0]):
         return ("a plain read of its source (copy, broadcast, transpose): re-reading the "
                 "source where it is used costs what reading it back would")
