@@ -1,4 +1,8 @@
-"""`python -m bench --quick` runs end to end on one workload (no timing assertions)."""
+"""`python -m bench --quick` runs end to end on one workload (no timing assertions).
+
+The children use the session's kernel cache (TEXPR_CACHE_DIR as set, else ./.texpr_cache under
+the repo root): what they check is the bench's output, not compiling, and a cache of their own
+made each run compile every kernel again (tests/bench builds the same quick-size kernels)."""
 from __future__ import annotations
 
 import os
@@ -9,16 +13,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _bench(tmp_path: Path, *args: str, **env_extra: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TEXPR_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT), **env_extra)
+def _bench(*args: str, **env_extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **env_extra)
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     return subprocess.run([sys.executable, "-m", "bench", "--quick", "--repeat", "1",
                            "--no-compile", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
 
 
-def test_bench_quick_dense_runs(tmp_path):
-    res = _bench(tmp_path, "--only", "dense")
+def test_bench_quick_dense_runs():
+    res = _bench("--only", "dense")
     assert res.returncode == 0, res.stderr[-3000:]
     lines = res.stdout.splitlines()
     for name in ("dense", "dense:plain"):
@@ -30,21 +34,21 @@ def test_bench_quick_dense_runs(tmp_path):
     assert "error" not in res.stdout
 
 
-def test_bench_no_plain_leaves_out_the_plain_rows(tmp_path):
-    res = _bench(tmp_path, "--only", "reduce_sum", "--no-plain", "--no-jax")
+def test_bench_no_plain_leaves_out_the_plain_rows():
+    res = _bench("--only", "reduce_sum", "--no-plain", "--no-jax")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "reduce_sum" in res.stdout and ":plain" not in res.stdout
 
 
-def test_bench_cuda_target_reports_instead_of_crashing(tmp_path):
-    res = _bench(tmp_path, "--only", "reduce_sum", "--target", "cuda")
+def test_bench_cuda_target_reports_instead_of_crashing():
+    res = _bench("--only", "reduce_sum", "--target", "cuda")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "reduce_sum" in res.stdout
 
 
-def test_bench_gemm_runs_every_product(tmp_path):
+def test_bench_gemm_runs_every_product():
     """`python -m bench.gemm` checks its kernel's results against BLAS's and prints each row."""
-    env = dict(os.environ, TEXPR_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
     res = subprocess.run([sys.executable, "-m", "bench.gemm", "--repeat", "1"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
