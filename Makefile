@@ -17,8 +17,11 @@ report: $(VENV)/.installed
 	if $(PY) -c "import tvm" 2>/dev/null; then \
 		$(PY) -m texpr_ad coverage --relax --no-progress -o reports/coverage; fi
 
+# pytest-xdist workers (extra `test`): a serial run keeps one of the 2 cores busy (Numba compiles
+# one kernel at a time); TEST_JOBS=0 runs in one process
+TEST_JOBS ?= 2
 test: $(VENV)/.installed
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n $(TEST_JOBS) --dist worksteal tests
 
 bench: $(VENV)/.installed
 	$(PY) -m bench
