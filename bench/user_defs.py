@@ -187,7 +187,7 @@ def banded_softmax(scores: Tensor) -> Tensor:
 def banded_softmax_ref(scores: Any) -> Any:
     import torch
     t = scores.shape[-1]
-    i = torch.arange(t)
+    i = torch.arange(t, device=scores.device)
     d = i[:, None] - i[None, :]
     return torch.softmax(scores.masked_fill((d < 0) | (d >= BAND), float("-inf")), -1)
 
@@ -292,8 +292,9 @@ def segment_sum(x: Tensor, offsets: Tensor) -> Tensor:
 
 def segment_sum_ref(x: Any, offsets: Any) -> Any:
     import torch
-    ids = torch.searchsorted(offsets[1:], torch.arange(x.shape[0]), right=True)
-    return torch.zeros(offsets.shape[0] - 1, x.shape[1], dtype=x.dtype).index_add(0, ids, x)
+    ids = torch.searchsorted(offsets[1:], torch.arange(x.shape[0], device=x.device), right=True)
+    out = torch.zeros(offsets.shape[0] - 1, x.shape[1], dtype=x.dtype, device=x.device)
+    return out.index_add(0, ids, x)
 
 
 def segment_sum_in(q: bool, rng: np.random.Generator) -> Arrays:

@@ -25,7 +25,7 @@ from nothing to the first results of a side (kernel builds or compiles, as the c
 plus a few calls).  A side that fails prints its error and the others go on; a texpr result off
 by more than `MISMATCH` (and ten times torch's error) is reported as a mismatch.
 
-Options: --only NAME[,NAME], --repeat N, --quick, --no-inductor, --cold.
+Options: --only NAME[,NAME], --repeat N, --quick, --no-inductor, --cold, --device cpu|cuda.
 """
 from __future__ import annotations
 
@@ -97,31 +97,39 @@ def _case(u: UserOp, arrays: dict[str, np.ndarray], dtype: Any = np.float32) -> 
                            float_inputs=tuple(k for k, n in enumerate(u.args) if n in u.diff))
 
 
-def side(fn: Any, case: Any, g: np.ndarray, calls: int) -> dict[str, Any]:
+def side(fn: Any, case: Any, g: np.ndarray, calls: int, device: str = "cpu") -> dict[str, Any]:
     """Timed calls {fwd, step, bwd} of torch function `fn` on `case` and their results ("check":
     fwd the output, step and bwd the gradients).  `bwd` runs `autograd.grad` on graphs whose
     forwards ran before: `calls` of them, one per call (torch.compile's backward frees its saved
-    buffers, "donated buffers", so it cannot run twice on one graph)."""
+    buffers, "donated buffers", so it cannot run twice on one graph).  On "cuda" the tensors live
+    on the GPU and every timed call ends with a device synchronize."""
     import torch
-    ts = [torch.from_numpy(a.copy()) for a in case.arrays]
+    ts = [torch.from_numpy(a.copy()).to(device) for a in case.arrays]
     diff = [ts[k].requires_grad_(True) for k in case.float_inputs]
-    gt = torch.from_numpy(np.array(g))
+    gt = torch.from_numpy(np.array(g)).to(device)
+    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
 
     def fwd() -> Any:
         with torch.no_grad():
-            return fn(*ts)
+            y = fn(*ts)
+        sync()
+        return y
 
     def step() -> list[Any]:
-        return [x.contiguous() for x in torch.autograd.grad(fn(*ts), diff, gt)]
+        gs = [x.contiguous() for x in torch.autograd.grad(fn(*ts), diff, gt)]
+        sync()
+        return gs
 
     graphs = [fn(*ts) for _ in range(calls + 1)]
 
     def bwd() -> list[Any]:
-        return [x.contiguous() for x in torch.autograd.grad(graphs.pop(), diff, gt)]
+        gs = [x.contiguous() for x in torch.autograd.grad(graphs.pop(), diff, gt)]
+        sync()
+        return gs
 
     check = {"fwd": [fwd()], "step": step(), "bwd": bwd()}
     return {"fwd": fwd, "step": step, "bwd": bwd,
-            "check": {c: [np.asarray(x.detach()) for x in v] for c, v in check.items()}}
+            "check": {c: [np.asarray(x.detach().cpu()) for x in v] for c, v in check.items()}}
 
 
 def _err(got: list[np.ndarray], want: list[np.ndarray]) -> float:
@@ -129,7 +137,7 @@ def _err(got: list[np.ndarray], want: list[np.ndarray]) -> float:
     return max(rel_error(np.asarray(a, np.float64), b) for a, b in zip(got, want, strict=True))
 
 
-def _sides(u: UserOp, case: Any, g: np.ndarray, calls: int, inductor: bool
+def _sides(u: UserOp, case: Any, g: np.ndarray, calls: int, inductor: bool, device: str
            ) -> tuple[dict, dict, dict]:
     """{side: `side` dict}, {side: setup seconds}, {side: error} for the three sides."""
     import torch
@@ -139,14 +147,15 @@ def _sides(u: UserOp, case: Any, g: np.ndarray, calls: int, inductor: bool
     for s in SIDES if inductor else SIDES[:2]:
         t0 = time.perf_counter()
         try:
-            sides[s] = side(fns[s](), case, g, calls)
+            sides[s] = side(fns[s](), case, g, calls, device)
             setup[s] = time.perf_counter() - t0
         except Exception as e:  # noqa: BLE001 - a failing side is a finding, printed in its row
             errors[s] = short(e)
     return sides, setup, errors
 
 
-def run_op(u: UserOp, quick: bool, repeat: int, inductor: bool = True) -> dict[str, Any]:
+def run_op(u: UserOp, quick: bool, repeat: int, inductor: bool = True, device: str = "cpu"
+           ) -> dict[str, Any]:
     """One operator's row: per comparison the (median, min) seconds of each side that ran, the
     errors against float64 eager, setup seconds, failures and mismatches."""
     row: dict[str, Any] = {"name": u.name, "errors": {}, "err": {}, "mismatch": []}
@@ -158,7 +167,7 @@ def run_op(u: UserOp, quick: bool, repeat: int, inductor: bool = True) -> dict[s
         g = head(shape)
         ref = side(u.torch_fn, _case(u, arrays, np.float64), g.astype(np.float64), 0)["check"]
         sides, row["setup"], row["errors"] = _sides(u, _case(u, arrays), g, repeat + WARMUP,
-                                                    inductor)
+                                                    inductor, device)
         ran = [s for s in SIDES if s in sides]
         for c in COMPARISONS:
             e = row["err"][c] = {s: _err(sides[s]["check"][c], ref[c]) for s in ran}
@@ -245,19 +254,23 @@ def print_summary(rows: list[dict[str, Any]], cold: bool = False) -> None:
 
 
 def run(names: Sequence[str], quick: bool, repeat: int, inductor: bool = True,
-        cold: bool = False) -> list[dict[str, Any]]:
+        cold: bool = False, device: str = "cpu") -> list[dict[str, Any]]:
     """Time and print every operator in `names` (the table and its summary); the rows."""
     import torch
     print(f"user ops: {len(names)} operators, repeat={repeat}, quick={quick}, torch "
           f"{torch.__version__}{'' if inductor else ', inductor not timed'}, setup s "
           f"{'cold (empty kernel caches)' if cold else 'with the kernel caches as found'}")
     print(cpu_line(torch))
-    print(blas_line(torch))
+    if device == "cpu":
+        print(blas_line(torch))
+    else:
+        print(f"device {device}: {torch.cuda.get_device_name()}; texpr_ad's CUDA kernels "
+              "(numba.cuda) against torch CUDA eager and Inductor (Triton)")
     print(HEADER)
     print("-" * len(HEADER), flush=True)
     rows = []
     for n in names:
-        rows.append(run_op(USER_OPS[n], quick, repeat, inductor))
+        rows.append(run_op(USER_OPS[n], quick, repeat, inductor, device))
         print_row(rows[-1])
     print_summary(rows, cold)
     return rows
@@ -272,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cold", action="store_true",
                     help="empty kernel caches for both (TEXPR_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR): "
                          "setup s is a cold compile")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where the tensors live (cuda: texpr_ad's CUDA kernels against torch CUDA)")
     a = ap.parse_args(argv)
     names = list(USER_OPS) if not a.only else [n.strip() for n in a.only.split(",") if n.strip()]
     bad = [n for n in names if n not in USER_OPS]
@@ -282,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ["TEXPR_CACHE_DIR"] = os.path.join(d, "texpr")
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(d, "inductor")
         set_threads()
-        run(names, a.quick, a.repeat, not a.no_inductor, a.cold)
+        run(names, a.quick, a.repeat, not a.no_inductor, a.cold, a.device)
     return 0
 
 

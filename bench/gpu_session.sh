@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One GPU lease, one script: the checks and timings a session with a GPU machine runs, in the
+# order that fits a short lease.  Logs go to $OUT (or ./gpu_logs).  Uses the machine's python3
+# (numba, numba-cuda, torch, sympy preinstalled there) with this checkout on PYTHONPATH.
+#   bash bench/gpu_session.sh [SHARDS]
+# Wheels in .whl/ (carried, git-ignored) are installed first: the 'cuda' image pairs numba-cuda
+# 0.30.4 with NumPy 2.5, which removed np.row_stack that numba-cuda overloads, so the run carries
+# the NumPy this project is tested with (numpy==2.4.6).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+export NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0
+OUT=${OUT:-gpu_logs}; mkdir -p "$OUT"
+PY=${PYTHON:-python3}; SHARDS=${1:-12}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+unset NUMBA_ENABLE_CUDASIM
+nvidia-smi -L; lscpu | grep "Model name"
+$PY -c "import numpy, numba, torch; print('numpy', numpy.__version__); from numba import cuda; print('numba', numba.__version__, 'torch', torch.__version__); cuda.detect()" 2>&1 | tail -4
+
+echo "== registry sweep on the GPU vs te.evaluate ($SHARDS shards) + sim_features on the GPU"
+for k in $(seq 0 $((SHARDS - 1))); do
+  timeout 210 $PY -m texpr_ad.testing.cuda --ref interp --shard "$k/$SHARDS" \
+    >"$OUT/sweep_$k.jsonl" 2>"$OUT/sweep_$k.err" &
+done
+timeout 210 $PY tests/cuda/sim_features.py >"$OUT/features.log" 2>&1 &
+wait
+tail -3 "$OUT/features.log"
+cat "$OUT"/sweep_*.jsonl >"$OUT/sweep.jsonl"; rm -f "$OUT"/sweep_*.jsonl
+$PY - "$OUT/sweep.jsonl" <<'PY'
+import collections, json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+print(len(rows), "rows", dict(collections.Counter(r["status"] for r in rows)))
+for r in rows:
+    if r["status"] in ("fail", "skip"):
+        print(r["status"].upper(), r["op"], str(r.get("detail"))[:300])
+PY
+for f in "$OUT"/sweep_*.err; do [ -s "$f" ] && { echo "-- $f"; tail -5 "$f"; }; done
+cat "$OUT"/sweep_*.err > "$OUT/sweep.err" 2>/dev/null; rm -f "$OUT"/sweep_*.err
+
+echo "== python -m bench.cuda"
+timeout 110 $PY -m bench.cuda --repeat 10 2>&1 | tee "$OUT/bench_cuda.log" | tail -30
+echo "== python -m bench.user_ops --device cuda"
+timeout 190 $PY -m bench.user_ops --device cuda --repeat 10 2>"$OUT/user_ops.err" | tee "$OUT/user_ops.log"
+tail -5 "$OUT/user_ops.err"
