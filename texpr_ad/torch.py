@@ -407,7 +407,12 @@ class TorchOp:
         if gs is not None and inst[1] is None and p.grads:
             params = [p.inputs[k] for k in p.input_positions] + p.slots + p.heads
             inst[1] = build(p.grads, params, "cuda")
-        torch.cuda.current_stream(xs[0].device).synchronize()  # Numba launches on its default stream
+        # Numba launches on the legacy default stream (handle 0): when torch runs on it too, stream
+        # order is enough; on another torch stream, wait for it before and for Numba after
+        stream = torch.cuda.current_stream(xs[0].device)
+        ordered = stream.cuda_stream == 0
+        if not ordered:
+            stream.synchronize()
         if gs is None:
             args = [x.detach().contiguous() for x in xs]
             res = inst[0](*args)
@@ -418,7 +423,8 @@ class TorchOp:
             live = iter(res)
             res = [next(live) if a is not None else torch.zeros_like(x)
                    for a, x, w in zip(p.adjoints, xs, wrt, strict=True) if w]
-        cuda_runtime.synchronize()
+        if not ordered:
+            cuda_runtime.synchronize()
         return [torch.as_tensor(r, device=xs[0].device) for r in res]
 
 

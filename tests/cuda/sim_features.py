@@ -115,6 +115,40 @@ def bias_and_batchnorm_grads_block_reduce() -> None:
     print("PASS bias_and_batchnorm_grads_block_reduce")
 
 
+def split_block_reductions() -> None:
+    """Few output points over long reductions: each point's reduction is split over several
+    blocks (`CudaStagePlan.split`) and a second kernel combines the partials."""
+    from texpr_ad.ops import reduction
+    n = 12288
+    x = te.placeholder((3, n // 3), "float32", name="x")
+    total = reduction.sum(te.compute(x.shape, lambda i, j: x[i, j] * x[i, j], name="sq"))
+    am = reduction.argmax(x, 1)
+    r = te.reduce_axis((0, n // 3), name="r")
+    pos = te.compute((3,), lambda i: te.sum(x[i, r], axis=r, where=x[i, r] > 0), name="pos")
+    idx = te.placeholder((n,), "int64", name="idx")
+    q = te.reduce_axis((0, n), name="q")
+    gathered = te.compute((), lambda: te.sum(x[0, idx[q]], axis=q), name="gathered")
+    k = build([total, am, pos, gathered], [x, idx], target="cuda")
+    splits = [s.cuda.split for s in k.plan.stages]
+    assert all(sp > 1 for sp in splits), k.plan
+    xs = RNG.standard_normal((3, n // 3)).astype(np.float32)
+    ids = RNG.integers(0, n // 3, n)
+    t, a, p, g = k(xs, ids)
+    x64 = xs.astype(np.float64)
+    close(t, (x64 * x64).sum(), 1e-5)
+    np.testing.assert_array_equal(a, xs.argmax(1))
+    close(p, np.where(xs > 0, x64, 0).sum(1), 1e-5)
+    close(g, x64[0, ids].sum(), 1e-5)
+    ids[5] = n  # out of bounds: the partials kernel's index check raises
+    try:
+        k(xs, ids)
+    except IndexError as e:
+        assert "idx" in str(e) or "x" in str(e), e
+    else:
+        raise AssertionError("an out-of-bounds index in a split reduction was not reported")
+    print("PASS split_block_reductions")
+
+
 def atomic_scatter() -> None:
     ids = te.placeholder((50,), "int64", name="ids")
     v = te.placeholder((50,), "float64", name="v")
@@ -159,6 +193,7 @@ def math_edge_values() -> None:
 
 if __name__ == "__main__":
     for fn in (matmul_symbolic_and_device_chaining, argument_errors,
-               bias_and_batchnorm_grads_block_reduce, atomic_scatter, math_edge_values):
+               bias_and_batchnorm_grads_block_reduce, split_block_reductions, atomic_scatter,
+               math_edge_values):
         fn()
     print("ALL PASS")

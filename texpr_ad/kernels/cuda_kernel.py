@@ -17,7 +17,9 @@ class CudaKernel(Kernel):
     """A built CUDA kernel.  NumPy arrays in: copied to the device and the outputs copied back.
     Any device array in (numba.cuda or `__cuda_array_interface__`): no copies of those, and
     the outputs stay on the device (for chaining kernels).  Argument checks are the base's,
-    on host stand-ins of the device arrays."""
+    on host stand-ins of the device arrays.  Kernels launch on Numba's default (legacy) stream
+    and read device inputs in its order: work on another stream must be finished first
+    (`texpr_ad.torch` synchronizes a non-default torch stream)."""
 
     def __init__(self, plan: Plan, renderer: Renderer | None = None) -> None:
         super().__init__(plan, renderer or CUDARenderer())
@@ -32,8 +34,10 @@ class CudaKernel(Kernel):
         args = []
         for a, h, d in zip(arrays, host_args, on_device, strict=True):
             if d:
+                # no stream sync per argument (Numba's default would synchronize the producer's
+                # stream for each): kernels run in stream order after the producer's work
                 a = a if not isinstance(a, np.ndarray) and hasattr(a, "copy_to_host") \
-                    else cuda.as_cuda_array(a)
+                    else cuda.as_cuda_array(a, sync=False)
                 args.append(a.reshape(1) if a.ndim == 0 else a)
             else:
                 args.append(cuda.to_device(h))

@@ -15,6 +15,7 @@ works without it.  Generated modules import `launch`, `zeros` and `device_copy` 
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -153,7 +154,72 @@ def numba_signature(args: Sequence[tuple[str, int]]) -> tuple:
 
 # -- device arrays --------------------------------------------------------------------------------
 
+class DevicePool:
+    """Device buffers reused across calls, like a framework's caching allocator.
+
+    Every kernel call allocates its outputs and intermediates; `cuMemAlloc`/`cuMemFree` per
+    call cost far more than small kernels (and a free synchronizes the device).  `empty` hands
+    out a `DeviceNDArray` over a pooled buffer; when the last array or view over it is gone
+    (a `weakref.finalize` on its memory handle, which views and `__cuda_array_interface__`
+    consumers keep alive) the buffer goes back to the free list of its size.  Reuse is safe
+    in stream order: texpr_ad launches everything on Numba's default stream.  At most
+    `limit` bytes are kept free; an allocation that fails empties the free lists and retries.
+    """
+
+    GRAIN = 512  # bytes: sizes are rounded up to this, so near sizes share buffers
+
+    def __init__(self, limit: int = 2 << 30) -> None:
+        self.limit = limit
+        self.free: dict[int, list[Any]] = {}
+        self.kept = 0  # bytes in the free lists
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        cuda = load_cuda()
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+        from numba.cuda.cudadrv.driver import MemoryPointer
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        key = max(self.GRAIN, -(-nbytes // self.GRAIN) * self.GRAIN)
+        bufs = self.free.get(key)
+        if bufs:
+            base = bufs.pop()
+            self.kept -= key
+        else:
+            try:
+                base = cuda.device_array(key, dtype=np.uint8)
+            except Exception:  # noqa: BLE001 - out of memory: give the cached buffers back, retry
+                self.free.clear()
+                self.kept = 0
+                base = cuda.device_array(key, dtype=np.uint8)
+        handle = MemoryPointer(base.gpu_data.context, base.gpu_data.device_pointer, nbytes)
+        weakref.finalize(handle, self._give_back, key, base)
+        return DeviceNDArray(shape, c_strides(shape, dtype.itemsize), dtype, gpu_data=handle)
+
+    def _give_back(self, key: int, base: Any) -> None:
+        if self.kept + key <= self.limit:
+            self.free.setdefault(key, []).append(base)
+            self.kept += key
+
+
+def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Byte strides of a C-contiguous array."""
+    out, step = [], itemsize
+    for n in reversed(shape):
+        out.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(out))
+
+
+POOL = DevicePool()
 _FILL: dict[str, Any] = {}
+
+
+def empty(shape: int | tuple[int, ...], dtype: Any) -> Any:
+    """An uninitialized device array (from `POOL` on a GPU; a host copy in the simulator)."""
+    shape = (shape,) if isinstance(shape, int) else tuple(int(n) for n in shape)
+    if simulating():
+        return load_cuda().device_array(shape, dtype=dtype)
+    return POOL.empty(shape, dtype)
 
 
 def zeros(shape: int | tuple[int, ...], dtype: Any) -> Any:
@@ -168,14 +234,14 @@ def zeros(shape: int | tuple[int, ...], dtype: Any) -> Any:
                 a[i] = 0
         _FILL["k"] = fill0
     size = int(np.prod(shape))
-    flat = cuda.device_array(size, dtype=dtype)
+    flat = empty(size, dtype)
     if size:
         launch(_FILL["k"], size, 0)(flat)
     return flat.reshape(shape)
 
 
 def device_copy(a: Any) -> Any:
-    out = load_cuda().device_array(a.shape, dtype=a.dtype)
+    out = empty(a.shape, a.dtype)
     out.copy_to_device(a)
     return out
 

@@ -6,9 +6,9 @@ GPU, and `strategy(stage)` (kept in `stage.cuda`) says how each stage runs:
 | strategy | when | kernel shape |
 | --- | --- | --- |
 | `thread` | a compute stage with data axes | one thread per output point: all data axes fused into one grid-stride loop, reductions in registers |
-| `block` | a reduction with few output points and a long reduction (`is_block_reduce`) | one block per output point (grid-stride over blocks), threads stride over the flattened reduction, tree-combined in shared memory |
-| `injective` | a scatter with an axis that one index dim equals exactly | grid-stride over that axis, plain `+=` (no two threads hit one element) |
-| `atomic` | any other scatter of an atomically addable dtype | grid-stride over the rectangular leading axes, `cuda.atomic.add` |
+| `block` | a reduction with few output points and a long reduction (`is_block_reduce`) | one block per output point (grid-stride over blocks), threads stride over the flattened reduction, tree-combined in shared memory; with fewer points than `SPLIT_BLOCKS`, each point's reduction is split over several blocks (`block_split`) and a second kernel combines their partials |
+| `injective` | a scatter with an axis that one index dim equals exactly, long enough to fill the GPU (`INJECTIVE_MIN_POINTS`) | grid-stride over that axis, plain `+=` (no two threads hit one element) |
+| `atomic` | any other scatter of an atomically addable dtype (also an injective one whose axis is short: max-pool's gradient over 64 channels ran 64 threads) | grid-stride over the rectangular leading axes, `cuda.atomic.add` |
 | `single` | zero-dim or serial-by-override stages, scatters of other dtypes | one thread runs the whole loop nest |
 
 User overrides `parallel`/`fuse` of a compute stage are kept as given.
@@ -26,6 +26,10 @@ from .plan import ComputeStage, CudaStagePlan, CudaStrategy, Plan, ScatterStage,
 BLOCK_MAX_POINTS = 4096   # block reduction only if the stage has at most this many output points
 BLOCK_MIN_REDUCE = 256    # ... and each point reduces over at least this many iterations
 ATOMIC_DTYPES = ("float32", "float64", "int32", "int64", "uint32", "uint64")
+SPLIT_BLOCKS = 1024       # a block reduction over fewer points is split to about this many blocks
+SPLIT_MIN_PER_THREAD = 8  # ... keeping at least this many iterations per thread of a chunk
+REDUCE_THREADS = 256      # threads per block of block reductions (LaunchConfig.reduce_threads)
+INJECTIVE_MIN_POINTS = 1 << 16  # an injective axis shorter than this: atomics over more axes
 
 
 def _count(exts: list[Expr]) -> float:
@@ -55,6 +59,29 @@ def is_block_reduce(st: ComputeStage) -> bool:
     return points <= BLOCK_MAX_POINTS and shortest >= BLOCK_MIN_REDUCE
 
 
+def block_split(st: ComputeStage) -> int:
+    """How many blocks reduce each output point of a block reduction: 1 unless the points are
+    too few to fill the GPU (a sum to a scalar ran on one block: latency-bound) and every
+    reduction is long, static and flattenable, and the data axes start at 0."""
+    points = _count([a.extent for a in st.axes])
+    reds = reductions(st)
+    if not reds or points >= SPLIT_BLOCKS / 2 or any(not _is_zero(a.lo) for a in st.axes):
+        return 1
+    if any(v is b for r in reds for a in r.axis for e in (a.lo, a.extent) for v in walk(e)
+           for b in r.axis):
+        return 1
+    shortest = min(_count([a.extent for a in r.axis]) for r in reds)
+    per_chunk = REDUCE_THREADS * SPLIT_MIN_PER_THREAD
+    if math.isinf(shortest) or math.isinf(points):
+        return 1
+    split = int(min(SPLIT_BLOCKS // points, shortest // per_chunk))
+    return split if split >= 2 else 1
+
+
+def _is_zero(e: Expr) -> bool:
+    return isinstance(e, Const) and e.value == 0
+
+
 def rectangular_prefix(axes: tuple[IterVar, ...]) -> int:
     """How many leading axes have bounds free of loop variables (so they can be flattened)."""
     n = 0
@@ -74,9 +101,13 @@ def strategy(st: Stage) -> CudaStrategy:
                 return CudaStrategy.SINGLE
             return CudaStrategy.BLOCK if is_block_reduce(st) else CudaStrategy.THREAD
         case ScatterStage():
-            if st.parallel_axis is not None:
+            atomic = bool(st.order) and st.tensor.dtype in ATOMIC_DTYPES
+            if st.parallel_axis is not None and not (
+                    atomic and _count([st.parallel_axis.extent]) < INJECTIVE_MIN_POINTS
+                    and _count([a.extent for a in st.order[:rectangular_prefix(st.order)]])
+                    >= 4 * _count([st.parallel_axis.extent])):
                 return CudaStrategy.INJECTIVE
-            if st.order and st.tensor.dtype in ATOMIC_DTYPES:
+            if atomic:
                 return CudaStrategy.ATOMIC
             return CudaStrategy.SINGLE
     raise TypeError(f"unknown stage {st!r}")
@@ -88,8 +119,11 @@ def _note(st: Stage) -> str:
             return (f"cuda: one thread per point of {' * '.join(a.name for a in st.order[:st.fused])}"
                     f" (grid-stride), reductions in registers")
         case CudaStrategy.BLOCK:
+            split = block_split(st)  # type: ignore[arg-type]
             return ("cuda: one block per output point, threads stride over the reduction and "
-                    "combine in a shared-memory tree")
+                    "combine in a shared-memory tree" + (
+                        f"; split over {split} blocks per point (too few points to fill the "
+                        f"GPU), a second kernel combines the partials" if split > 1 else ""))
         case CudaStrategy.INJECTIVE:
             return f"cuda: grid-stride over {st.parallel_axis.name}, plain += (injective)"
         case CudaStrategy.ATOMIC:
@@ -110,7 +144,9 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
             n = rectangular_prefix(st.order) or 1
             st = replace(st, parallel=True, fused=n,
                          notes=tuple(x for x in st.notes if not x.startswith("serial:")))
-        st = replace(st, cuda=CudaStagePlan(strategy(st)))
+        how = strategy(st)
+        split = block_split(st) if how is CudaStrategy.BLOCK else 1  # type: ignore[arg-type]
+        st = replace(st, cuda=CudaStagePlan(how, split))
         stages.append(replace(st, notes=(*st.notes, _note(st))))
     return replace(plan, target="cuda", stages=tuple(stages))
 

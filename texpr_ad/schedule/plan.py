@@ -234,9 +234,12 @@ class CpuStagePlan:
 
 @dataclass(frozen=True)
 class CudaStagePlan:
-    """The CUDA refine step's decisions for one stage."""
+    """The CUDA refine step's decisions for one stage.  `split` > 1 (block reductions only):
+    each output point's reduction is cut into `split` interleaved chunks reduced by as many
+    blocks into a partials array, then a second kernel combines them per point."""
 
     strategy: CudaStrategy
+    split: int = 1
 
 
 @dataclass(frozen=True)
