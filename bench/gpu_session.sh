@@ -22,10 +22,10 @@ $PY -c "import numpy, numba, torch; print('numpy', numpy.__version__); from numb
 
 echo "== registry sweep on the GPU vs te.evaluate ($SHARDS shards) + sim_features on the GPU"
 for k in $(seq 0 $((SHARDS - 1))); do
-  timeout 210 $PY -m texpr_ad.testing.cuda --ref interp --shard "$k/$SHARDS" \
+  timeout ${SWEEP_S:-80} $PY -m texpr_ad.testing.cuda --ref interp --shard "$k/$SHARDS" \
     >"$OUT/sweep_$k.jsonl" 2>"$OUT/sweep_$k.err" &
 done
-timeout 210 $PY tests/cuda/sim_features.py >"$OUT/features.log" 2>&1 &
+timeout ${SWEEP_S:-80} $PY tests/cuda/sim_features.py >"$OUT/features.log" 2>&1 &
 wait
 tail -3 "$OUT/features.log"
 cat "$OUT"/sweep_*.jsonl >"$OUT/sweep.jsonl"; rm -f "$OUT"/sweep_*.jsonl
@@ -40,8 +40,14 @@ PY
 for f in "$OUT"/sweep_*.err; do [ -s "$f" ] && { echo "-- $f"; tail -5 "$f"; }; done
 cat "$OUT"/sweep_*.err > "$OUT/sweep.err" 2>/dev/null; rm -f "$OUT"/sweep_*.err
 
-echo "== python -m bench.cuda"
-timeout 110 $PY -m bench.cuda --repeat 10 2>&1 | tee "$OUT/bench_cuda.log" | tail -30
-echo "== python -m bench.user_ops --device cuda"
-timeout 190 $PY -m bench.user_ops --device cuda --repeat 10 2>"$OUT/user_ops.err" | tee "$OUT/user_ops.log"
-tail -5 "$OUT/user_ops.err"
+echo "== per-call overhead (python -m bench.cuda_overhead)"
+timeout 40 $PY -m bench.cuda_overhead 2>&1 | grep -v Warn
+echo "== python -m bench.cuda --no-compile"
+timeout 80 $PY -m bench.cuda --repeat 5 --no-compile 2>"$OUT/bench_cuda.err" | tee "$OUT/bench_cuda.log"
+echo "== python -m bench.user_ops --device cuda (segment_sum last, alone: a device-side assert ends the process's CUDA context)"
+OPS=$($PY -c "from bench.user_defs import USER_OPS; print(','.join(n for n in USER_OPS if n != 'segment_sum'))")
+timeout 110 $PY -m bench.user_ops --device cuda --repeat 5 --only "$OPS" 2>"$OUT/user_ops.err" | tee "$OUT/user_ops.log"
+tail -3 "$OUT/user_ops.err"
+CUDA_LAUNCH_BLOCKING=1 timeout 30 $PY -m bench.user_ops --device cuda --repeat 2 --only segment_sum \
+  --no-inductor >"$OUT/segment_sum.log" 2>&1
+grep -v "^ *warn\|Warning" "$OUT/segment_sum.log" | tail -25
