@@ -15,6 +15,7 @@ are compared with tolerances tied to float32 rounding (tests/kernels/test_shared
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -261,8 +262,9 @@ def test_cuda_kernels_accumulate_long_sums_in_float64():
     k = te.reduce_axis((0, n), name="k")
     y = te.compute((4,), lambda i: te.sum(x[i, k], axis=k), name="y")
     src = CUDARenderer().render(plan_kernel([y], [x], target="cuda"))
-    assert "cuda.shared.array(256, np.float64)" in src and "y_acc = np.float64(0.0)" in src, src
-    assert "np.float32(y_acc)" in src, src
+    assert "cuda.shared.array(256, np.float64)" in src, src
+    assert re.search(r"y_acc\w* = np.float64\(0.0\)", src), src  # split or not: float64 partials
+    assert re.search(r"np.float32\(y_acc\w*\)", src), src
     xb = te.placeholder((8192, n), "float32", name="xb")  # many points: a thread per point
     yb = te.compute((8192,), lambda i: te.sum(xb[i, k], axis=k), name="yb")
     plan = plan_kernel([yb], [xb], target="cuda")

@@ -126,6 +126,37 @@ class CPURender(_Render):
             if t is not None:
                 self.emit(depth, f"{self.index(t, idx)} = {top(self.expr(b, env))}")
 
+    def siblings(self, depth: int, stages: list[ComputeStage]) -> None:
+        """Lanes reductions over the same loops (a SIBLINGS loop of fuse.py, written over the
+        first one's axes): the loops once, an accumulator per stage stepping in the innermost,
+        then each stage's store."""
+        envs: list[dict[Expr, str]] = []
+        recips = []
+        for st in stages:
+            envs.append({})
+            self.recip = {}
+            self.hoist_values(depth, st, envs[-1])
+            recips.append(self.recip)
+        for a in stages[0].order[1:]:
+            self.range_loop(depth, a, {})
+            depth += 1
+        reds = [_reduce_groups(st.bodies)[0] for st in stages]
+        for st, red, env in zip(stages, reds, envs, strict=True):
+            self.hoist_fold(depth, st, red[0], env)
+        self.recip = recips[0]  # one set per fold: each source reads its own stage's
+        accs = self.stepped_fold(depth, reds[0][0], envs[0], stages[0].name, None,
+                                 [(red[0], env, st.name) for st, red, env
+                                  in zip(stages[1:], reds[1:], envs[1:], strict=True)])
+        for st, red, env, acc, rc in zip(stages, reds, envs, accs, recips, strict=True):
+            self.recip = rc
+            if wide_sum(red[0]):
+                acc = self.narrow(depth, red[0], acc, st.name)
+            env.update({g: acc for g in red})
+            t = st.tensors[0]
+            assert t is not None
+            self.emit(depth, f"{self.index(t, [self.axis(a) for a in st.axes])} = "
+                             f"{top(self.expr(st.bodies[0], env))}")
+
     def hoist_values(self, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
         """The stage's hoisted values and reciprocals into locals (named in `env`, `recip`)."""
         cpu = st.cpu
@@ -167,7 +198,7 @@ class CPURender(_Render):
             self.emit(d, f"{self.index(t, [self.axis(a) for a in e.axes])} = "
                          f"{top(self.expr(e.bodies[0], env))}")
             return f"{LANE_STEP[r.combiner.kind]}({levels[-1].acc}, {top(self.expr(r.source[0], env))})"
-        self.fold_nest(depth, r, levels, store_and_step)
+        self.fold_nest(depth, levels, [(r, [lv.acc for lv in levels], store_and_step)])
         acc = levels[0].acc if not wide_sum(r) else self.narrow(depth, r, levels[0].acc, st.name)
         if r.init:
             self.combine(depth, r.combiner, [self.expr(r.init[0], env)], [acc], [acc], st.name)
@@ -269,30 +300,37 @@ class CPURender(_Render):
         var = self.names.fresh(f"{group[0].name}_p")
         self.parallel_head(1, var, top(self.expr(group[0].order[0].extent, {})))
         for node in loop.body:
-            ref = node if isinstance(node, StageRef) else node.body[0]
-            assert isinstance(ref, StageRef)
-            st = self.plan.stage(ref.name)
+            members = list(refs((node,)) if isinstance(node, Loop) and
+                           node.kind is LoopKind.SIBLINGS else (next(refs((node,))),))
+            for ref in members:
+                st = self.plan.stage(ref.name)
+                assert isinstance(st, ComputeStage)
+                self.scope = st.name
+                if ref.place is Place.ROW_BUFFER:
+                    self.allocate(2, st, [a for a in st.axes if a is not st.order[0]])
+            self.emit(2, f"{self.axis(st.order[0])} = {var}  # stage "
+                         f"{', '.join(r.name for r in members)}")
             assert isinstance(st, ComputeStage)
-            self.scope = st.name
-            if ref.place is Place.ROW_BUFFER:
-                self.allocate(2, st, [a for a in st.axes if a is not st.order[0]])
-            self.emit(2, f"{self.axis(st.order[0])} = {var}  # stage {st.name}")
-            if isinstance(node, Loop):
+            if len(members) > 1:
+                self.siblings(2, [self.plan.stage(r.name) for r in members])  # type: ignore[misc]
+            elif isinstance(node, Loop):
                 folded = self.plan.stage(node.body[1].name)  # type: ignore[union-attr]
                 self.row_and_fold(2, st, folded)  # type: ignore[arg-type]
             else:
                 self.loops_and_body(st, 2, st.order[1:])
 
     def stepped_fold(self, depth: int, r: Reduce, env: dict[Expr, str], stage: str,
-                     chunk: Chunk | None = None) -> str:
+                     chunk: Chunk | None = None,
+                     siblings: Sequence[tuple[Reduce, dict[Expr, str], str]] = ()) -> list[str]:
         """Fold `r`'s source (no init) over its axes in scalar accumulators stepped by
         `LANE_STEP`, one per reduce axis, each folded into the one outside it when its loop
         ends: over (n, h, w) a float32 sum adds chains of n, h and w terms, not n*h*w.
         `chunk` replaces the outermost axis's range (a split chunk's).  A wide sum
         (plan.wide_sum) adds float32 chains of at most SUM_CHAIN terms: the outermost
         accumulator and those of longer loops are float64, a long innermost loop folds in
-        float32 blocks (`fold_levels`).  Returns the outermost accumulator (float64 when
-        wide)."""
+        float32 blocks (`fold_levels`).  `siblings` (reduction, env, stage) fold over the same
+        axes in the same loops, accumulators of their own.  Returns the outermost accumulator
+        of `r` and of each sibling (float64 when wide)."""
         levels: list[Level] = []
         last, wide = len(r.axis) - 1, wide_sum(r)
         for k, ax in enumerate(r.axis):
@@ -300,10 +338,14 @@ class CPURender(_Render):
             long = k == 0 or _longer(ax, SUM_CHAIN)
             levels += self.fold_levels(ax, acc, stage, env, wide and k == last,
                                        chunk if k == 0 else None, wide and long and k < last)
-        step = LANE_STEP[r.combiner.kind]
-        self.fold_nest(depth, r, levels, lambda d: f"{step}({levels[-1].acc}, "
-                                                    f"{top(self.expr(r.source[0], env))})")
-        return levels[0].acc
+        accs = [[lv.acc for lv in levels]] + [[self.names.fresh(f"{name}_acc") for _ in levels]
+                                              for _, _, name in siblings]
+
+        def step(x: Reduce, acc: str, e: dict[Expr, str]) -> Callable[[int], str]:
+            return lambda d: f"{LANE_STEP[x.combiner.kind]}({acc}, {top(self.expr(x.source[0], e))})"
+        self.fold_nest(depth, levels, [(x, a, step(x, a[-1], e)) for (x, e, _), a in
+                                       zip([(r, env, stage), *siblings], accs, strict=True)])
+        return [a[0] for a in accs]
 
     def fold_levels(self, ax: IterVar, acc: str, stage: str, env: dict[Expr, str], block: bool,
                     chunk: Chunk | None = None, f64: bool = False) -> list[Level]:
@@ -344,22 +386,26 @@ class CPURender(_Render):
             self.emit(d + 1, f"{self.axis(ax)} = {base}{kb} * {SUM_BLOCK} + {kk}")
         return [Level(acc, blocks, True), Level(blk, block)]
 
-    def fold_nest(self, depth: int, r: Reduce, levels: list[Level],
-                  inner: Callable[[int], str]) -> None:
-        """Open `levels` (outermost first), each with its accumulator set to `r`'s identity
-        (float64 zero for a float64 level), step the innermost with `inner(depth)` (which may
-        emit statements first), and fold each level into the one outside it as its loop
-        ends."""
-        ident = top(self.expr(r.combiner.identity[0], {}))
+    def fold_nest(self, depth: int, levels: list[Level],
+                  folds: Sequence[tuple[Reduce, list[str], Callable[[int], str]]]) -> None:
+        """Open `levels` (outermost first), each fold's accumulator of that level set to its
+        reduction's identity (float64 zero for a float64 level), step each fold's innermost
+        accumulator with `inner(depth)` (which may emit statements first), and fold each level
+        into the one outside it as its loop ends.  `folds`: (reduction, an accumulator per
+        level, inner) for each reduction stepping in these loops."""
         d = depth
-        for lv in levels:
-            self.emit(d, f"{lv.acc} = {WIDE_ZERO if lv.f64 else ident}")
+        for k, lv in enumerate(levels):
+            for r, accs, _ in folds:
+                ident = top(self.expr(r.combiner.identity[0], {}))
+                self.emit(d, f"{accs[k]} = {WIDE_ZERO if lv.f64 else ident}")
             lv.open(d)
             d += 1
-        self.emit(d, f"{levels[-1].acc} = {inner(d)}")
-        step = LANE_STEP[r.combiner.kind]
+        for r, accs, inner in folds:
+            self.emit(d, f"{accs[-1]} = {inner(d)}")
         for k in range(len(levels) - 1, 0, -1):
-            self.emit(depth + k, f"{levels[k - 1].acc} = {step}({levels[k - 1].acc}, {levels[k].acc})")
+            for r, accs, _ in folds:
+                step = LANE_STEP[r.combiner.kind]
+                self.emit(depth + k, f"{accs[k - 1]} = {step}({accs[k - 1]}, {accs[k]})")
 
     def lane_reduction(self, depth: int, groups: list[Reduce], env: dict[Expr, str], stage: str,
                        lanes: int) -> None:
@@ -370,7 +416,7 @@ class CPURender(_Render):
         which vectorize exactly.  An array of lane accumulators stayed scalar code, ~5x slower.
         """
         r = groups[0]
-        acc = self.stepped_fold(depth, r, env, stage)
+        acc = self.stepped_fold(depth, r, env, stage)[0]
         if wide_sum(r):
             acc = self.narrow(depth, r, acc, stage)
         if r.init:
@@ -587,7 +633,7 @@ class CPURender(_Render):
         chunk = Chunk(c, size, n, f"{lo} + " if not _is_zero(split.lo) else "")
         if acc_plan.vector:  # scalar accumulators per reduce axis, stepped like lanes
             assert len(stages) == 1
-            self.emit(depth, f"{ats[0]} = {self.stepped_fold(depth, r, {}, st.name, chunk)}")
+            self.emit(depth, f"{ats[0]} = {self.stepped_fold(depth, r, {}, st.name, chunk)[0]}")
         else:
             rows_ = [(s_, at) for k, (s_, at) in enumerate(zip(stages, ats)) if k not in riders]
             if row is not None:

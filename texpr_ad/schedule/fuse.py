@@ -30,6 +30,10 @@ Three refinements of the same rewrite:
 - ROW: in a prange, a lanes reduction `s[i] = sum_k e[i, k]` right after the elementwise stage
   `e[i, j]` that it reads only at `[i, k]` folds in `e`'s row loop as each element is stored
   (softmax's exp and sum: one pass over the row, the same terms in the same order).
+- SIBLINGS: in a prange, a lanes reduction over the same loops as an earlier one (same extents,
+  one reduction each of the same accumulation) that reads nothing written from that one on
+  moves up next to it, and they fold in one loop nest (`_sibling_map`; group-norm's gradient
+  sums over each group, and its dgamma and dbeta over each channel).
 - place: an intermediate that only later members of its prange read becomes a per-iteration
   row buffer.
 """
@@ -38,11 +42,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Mapping
 
-from ..te.expr import Expr, IterVar, Read, Reduce, const
+from ..te.expr import Const, Expr, IterVar, Read, Reduce, const
 from ..te.tensor import Tensor
 from ..te.visit import reads_in, transform, walk
-from .loopnest import REASONS, Loop, LoopKind, Node, Place, StageRef
-from .plan import Accumulate, ComputeStage, ScatterStage, Stage
+from .loopnest import REASONS, Loop, LoopKind, Node, Place, StageRef, refs
+from .plan import Accumulate, ComputeStage, ScatterStage, Stage, wide_sum
 from .plan import with_cpu as _cpu
 
 Overrides = Mapping[str, Mapping[str, Any]]
@@ -176,6 +180,18 @@ def _prange_body(members: list[Stage], readers: dict[int, set[str]]
     out: list[Stage] = []
     nodes: list[Node] = []
     for st in members:
+        hit = _siblings(st, out, nodes) if LoopKind.SIBLINGS in NESTED else None
+        if hit is not None:
+            k, sm = hit
+            st = renamed(st, sm)  # type: ignore[arg-type]
+            node = nodes[k]
+            body = node.body if isinstance(node, Loop) else (node,)
+            outer = st.order[1] if len(st.order) > 1 else _reduce(st).axis[0]
+            nodes[k] = Loop(LoopKind.SIBLINGS, outer.extent, (
+                *body, StageRef(st.name, place.get(st.name, Place.ARRAY))), REASONS[LoopKind.SIBLINGS])
+            last = max(i for i, x in enumerate(out) if x.name in {r.name for r in refs((nodes[k],))})
+            out.insert(last + 1, st)
+            continue
         prev = out[-1] if out else None
         m = NESTED[LoopKind.ROW](prev, st) if LoopKind.ROW in NESTED and isinstance(
             prev, ComputeStage) and nodes and isinstance(nodes[-1], StageRef) else None
@@ -291,9 +307,65 @@ def _row_map(e: ComputeStage, st: Stage) -> dict[IterVar, IterVar] | None:
     return m
 
 
-# loops nested in a prange: the rule mapping a member's axes onto its predecessor's loop
+def _sibling_map(head: ComputeStage, st: Stage) -> dict[IterVar, IterVar] | None:
+    """`st`'s data and reduce axes -> `head`'s, if both are lanes reductions (one reduction of
+    one body each, unconditioned) over loops of the same extents and accumulation, so that
+    `st` can fold in `head`'s loop nest; None otherwise."""
+    c, ch = st.cpu, head.cpu
+    if not (isinstance(st, ComputeStage) and c is not None and ch is not None and c.lanes > 1
+            and c.lanes == ch.lanes and len(st.bodies) == len(head.bodies) == 1
+            and st.tensors[0] is not None and len(st.order) == len(head.order) >= 1):
+        return None
+    if any(x.accumulate or x.contraction or x.split for x in (c, ch)):
+        return None
+    ra, rb = _reduce(head), _reduce(st)
+    if len(ra.axis) != len(rb.axis) or wide_sum(ra) != wide_sum(rb) or ra.init or rb.init or any(
+            not (isinstance(r.condition, Const) and r.condition.value is True) for r in (ra, rb)):
+        return None
+    pairs = [*zip(head.order, st.order), *zip(ra.axis, rb.axis)]
+    if not all(x.lo.same_as(y.lo) and x.extent.same_as(y.extent) for x, y in pairs):
+        return None
+    m = {y: x for x, y in pairs}
+    bound = {id(v) for a in rb.axis for e in (a.lo, a.extent) for v in walk(e)}
+    if bound & {id(a) for a in st.order[1:]}:
+        return None  # reduce bounds over a serial data axis: keep its own loops
+    return m
+
+
+def _siblings(st: Stage, out: list[Stage], nodes: list[Node]
+              ) -> tuple[int, dict[IterVar, IterVar]] | None:
+    """(index in `nodes`, axis map) of the earliest plain member or SIBLINGS loop that `st` can
+    fold with, when `st` reads nothing written by it or by any member after it; else None."""
+    reads = {id(r.tensor) for r in stage_reads(st)}
+    for k in range(len(nodes) - 1, -1, -1):
+        node = nodes[k]
+        names = {r.name for r in refs((node,))}
+        if any(id(t) in reads for x in out if x.name in names for t in _written(x)):
+            return None
+        if isinstance(node, StageRef) or node.kind is LoopKind.SIBLINGS:
+            head = next(x for x in out if x.name == next(refs((node,))).name)
+            m = NESTED[LoopKind.SIBLINGS](head, st) if isinstance(head, ComputeStage) else None
+            if m is not None:
+                return k, m
+    return None
+
+
+def renamed(st: ComputeStage, m: dict[IterVar, IterVar]) -> ComputeStage:
+    """`st` over the axes `m` maps its own to, its CPU decisions' expressions included."""
+    cpu = st.cpu
+    if cpu is not None:
+        cpu = replace(cpu, hoisted=tuple(rename_axes(e, m) for e in cpu.hoisted),
+                      reciprocals=tuple(rename_axes(e, m) for e in cpu.reciprocals),
+                      fold_hoisted=tuple(rename_axes(e, m) for e in cpu.fold_hoisted))
+    return replace(st, axes=tuple(m.get(a, a) for a in st.axes),
+                   order=tuple(m.get(a, a) for a in st.order),
+                   bodies=tuple(rename_axes(b, m) for b in st.bodies), cpu=cpu)
+
+
+# loops nested in a prange: the rule mapping a member's axes onto an earlier member's loops
 NESTED: dict[LoopKind, Callable[[ComputeStage, Stage], dict[IterVar, IterVar] | None]] = {
     LoopKind.ROW: _row_map,
+    LoopKind.SIBLINGS: _sibling_map,
 }
 
 

@@ -10,6 +10,8 @@ stages share, made by the fusion rewrite (`fuse.py`):
   dgamma and dbeta read `dy` once);
 - `ROW`: an elementwise stage's row loop, in which a reduction of that row folds each element as
   it is stored (softmax's `exp` and its sum: one pass over the row).
+- `SIBLINGS`: reductions of a prange over the same loops that do not read each other, folding
+  in one loop nest with an accumulator each (a normalization gradient's sums: one pass).
 
 A member's `place` says where its array lives: a fresh array per call, or (`ROW_BUFFER`) a buffer
 per iteration of the enclosing prange, without that dim, when only later members read it.
@@ -47,6 +49,7 @@ class LoopKind(Kind):
     PRANGE = "prange"
     CHUNKS = "chunks"
     ROW = "row"
+    SIBLINGS = "siblings"
 
 
 class Place(Kind):
@@ -84,6 +87,9 @@ REASONS = {
                      "each other): one pass over the rows for all",
     LoopKind.ROW: "a reduction of this row folds each element as it is stored (one pass over the "
                   "row; same terms, same order)",
+    LoopKind.SIBLINGS: "reductions over the same loops that do not read each other fold in one "
+                       "loop nest, an accumulator each (one pass over what they read; same "
+                       "terms, same order)",
 }
 PLACES = {Place.ROW_BUFFER: "only later stages of this prange read it, at the same parallel "
                             "index: a buffer per iteration without that dim, which stays in cache"}
