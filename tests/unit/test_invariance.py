@@ -80,7 +80,31 @@ def selected(x, m):  # a select between shifted and unshifted values: no rule, n
                       name="y")
 
 
+def masked_softmax(x, m):  # where(band, exp(x - m), 0): a scaled branch against 0 stays scaled
+    e = te.compute((N, M), lambda i, j: te.if_then_else(j <= i + 1, te.exp(x[i, j] - m[i]), 0.0),
+                   name="e")
+    s = _row_sum(e)
+    return te.compute((N, M), lambda i, j: e[i, j] / s[i], name="y")
+
+
+def masked_by_one(x, m):  # where(band, exp(x - m), 1): the constant 1 does not scale with them
+    e = te.compute((N, M), lambda i, j: te.if_then_else(j <= i + 1, te.exp(x[i, j] - m[i]), 1.0),
+                   name="e")
+    s = _row_sum(e)
+    return te.compute((N, M), lambda i, j: e[i, j] / s[i], name="y")
+
+
+def select_by_value(x, m):  # the condition reads x - m itself: which branch is taken may move
+    e = te.compute((N, M), lambda i, j: te.if_then_else(x[i, j] - m[i] > -1.0,
+                                                        te.exp(x[i, j] - m[i]), 0.0), name="e")
+    s = _row_sum(e)
+    return te.compute((N, M), lambda i, j: e[i, j] / s[i], name="y")
+
+
 CASES: dict[str, tuple[Callable, bool]] = {
+    "masked_softmax": (masked_softmax, True),
+    "masked_by_one": (masked_by_one, False),
+    "select_by_value": (select_by_value, False),
     "softmax": (softmax, True),
     "log_softmax": (log_softmax, True),
     "tempered_softmax": (tempered_softmax, True),

@@ -17,6 +17,8 @@ The proof is an abstract interpretation over the stages after `m`.  Each value `
     Scale(b, r)    v' = v * exp(b * d[r(p)])  (exp of a Shift, sums and quotients of Scales)
     anything else  unknown: no claim
 
+A select on a condition independent of `m` keeps its branches' common movement, and a scaled
+branch against the constant 0 stays scaled (0 = 0 * e^{bd}: a masked softmax).
 `m` gets no gradient when every output is INV.  The rules are exact identities (max(v + c) =
 max(v) + c, sum(v * c) = sum(v) * c for c independent of the summed axes, exp(a + b) =
 exp(a) exp(b), ...); anything they do not cover is "unknown", so a max used otherwise
@@ -122,6 +124,22 @@ UNARY: dict[Op, Callable[[Call, Abs], Abs]] = {
     Op.STOP_GRADIENT: lambda c, a: a,                        # the value is unchanged
     Op.CAST: _cast,                                          # float -> float keeps the value
 }
+
+
+def _select(call: Call, c: Abs, a: Abs, b: Abs) -> Abs:
+    """select(cond, v', w') with cond independent of m: both branches moved alike, or a scaled
+    branch against the constant 0 (0 = 0 * e^{bd}: a masked softmax's `where(band, exp, 0)`)."""
+    if c is not INV:
+        return None
+    if isinstance(a, Moved) and isinstance(b, Moved):
+        return a if a.kind == b.kind and a.coeff == b.coeff and _same_row(a, b) else None
+    for moved, other, arg in ((a, b, call.args[2]), (b, a, call.args[1])):
+        if isinstance(moved, Moved) and moved.kind == "scale" and other is INV \
+                and _const_value(arg) == 0.0:
+            return moved
+    return None
+
+
 # reductions: max/min commute with adding (and with scaling by exp(.) > 0) a term constant
 # along the reduced axes; sums commute with a common factor
 REDUCE: dict[ReduceKind, frozenset[str]] = {
@@ -177,6 +195,8 @@ class _Interp:
             return BINARY[x.op](x, *args)
         if isinstance(x, Call) and x.op in UNARY and len(args) == 1:
             return UNARY[x.op](x, args[0])
+        if isinstance(x, Call) and x.op is Op.SELECT and len(args) == 3:
+            return _select(x, *args)
         return None
 
     def _reduce(self, x: Reduce, memo: dict[int, Abs]) -> Abs:
