@@ -367,10 +367,16 @@ class _Render:
         for a, ident in zip(accs, comb.identity, strict=True):
             self.emit(depth, f"{a} = {WIDE_ZERO if wide else top(self.expr(ident, {}))}")
         d = depth
+        cond = not (isinstance(r.condition, Const) and r.condition.value is True)
+        if cond and not any(isinstance(x, Read) or any(x is a for a in r.axis)
+                            for x in walk(r.condition)):
+            # a condition on the data axes alone (`where ax == 0`): tested once, not per term
+            self.emit(d, f"if {top(self.expr(r.condition, env))}:")
+            d, cond = d + 1, False
         for ax in r.axis:
             self.range_loop(d, ax, env)
             d += 1
-        if not (isinstance(r.condition, Const) and r.condition.value is True):
+        if cond:
             self.emit(d, f"if {top(self.expr(r.condition, env))}:")
             d += 1
         srcs = [self.expr(s, env) for s in r.source]
