@@ -221,3 +221,62 @@ def test_a_scalar_sum_rides_in_the_column_sums_loops(monkeypatch):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(got[0], t.sum(), rtol=1e-4)
     np.testing.assert_allclose(got[1], (t * xs).sum(0), rtol=1e-4, atol=1e-3)
+
+
+def _group_stats(n: int = 4, c: int = 32, hw: int = 32):
+    """Per-(sample, group) sums of x*g and of g, and per-channel ones: what a group-norm's
+    gradient reduces, written as four independent reductions."""
+    x = te.placeholder((n, c, hw, hw), "float32", name="x")
+    g = te.placeholder((n, c, hw, hw), "float32", name="g")
+    groups, cg = 4, c // 4
+    r1 = [te.reduce_axis((0, e), name=s) for e, s in ((cg, "rc"), (hw, "rh"), (hw, "rw"))]
+    r2 = [te.reduce_axis((0, e), name=s) for e, s in ((cg, "sc"), (hw, "sh"), (hw, "sw"))]
+    sxg = te.compute((n, groups), lambda b, q: te.sum(
+        x[b, q * cg + r1[0], r1[1], r1[2]] * g[b, q * cg + r1[0], r1[1], r1[2]], axis=r1), name="sxg")
+    sg = te.compute((n, groups), lambda b, q: te.sum(g[b, q * cg + r2[0], r2[1], r2[2]], axis=r2),
+                    name="sg")
+    k1 = [te.reduce_axis((0, e), name=s) for e, s in ((n, "b1"), (hw, "i1"), (hw, "j1"))]
+    k2 = [te.reduce_axis((0, e), name=s) for e, s in ((n, "b2"), (hw, "i2"), (hw, "j2"))]
+    dgamma = te.compute((c,), lambda f: te.sum(x[k1[0], f, k1[1], k1[2]] * g[k1[0], f, k1[1], k1[2]],
+                                                axis=k1), name="dgamma")
+    dbeta = te.compute((c,), lambda f: te.sum(g[k2[0], f, k2[1], k2[2]], axis=k2), name="dbeta")
+    return [sxg, sg, dgamma, dbeta], [x, g]
+
+
+def test_sibling_reductions_fold_in_one_loop_nest(monkeypatch):
+    outs, ins = _group_stats()
+    k = ta.build(outs, ins)
+    sib = [n for top in k.plan.nest if hasattr(top, "body") for n in top.body
+           if getattr(n, "kind", "") == "siblings"]
+    assert [[r.name for r in n.body] for n in sib] == [["sxg", "sg"], ["dgamma", "dbeta"]], str(k.plan)
+    assert "reductions over the same loops that do not read each other" in str(k.plan)
+    lines = k.source.splitlines()
+    step = next(i for i, ln in enumerate(lines) if "radd(sxg_acc" in ln and "x[" in ln)
+    assert "radd(sg_acc" in lines[step + 1], k.source  # both step in the same innermost loop
+    with monkeypatch.context() as m:  # the same kernel without the rule: separate loops
+        m.delitem(fuse.NESTED, "siblings")
+        k0 = ta.build(outs, ins)
+    assert "siblings(" not in str(k0.plan)
+    r = rng()
+    x, g = (r.standard_normal((4, 32, 32, 32)).astype(np.float32) for _ in range(2))
+    got, want = k(x, g), k0(x, g)
+    for a, b in zip(got, want, strict=True):  # same terms in the same order: bit-identical
+        np.testing.assert_array_equal(a, b)
+    x64, g64 = x.astype(np.float64), g.astype(np.float64)
+    ref = [(x64 * g64).reshape(4, 4, -1).sum(-1), g64.reshape(4, 4, -1).sum(-1),
+           (x64 * g64).sum((0, 2, 3)), g64.sum((0, 2, 3))]
+    for a, b in zip(got, ref, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
+
+
+def test_a_reduction_reading_its_sibling_keeps_its_own_loops():
+    x = te.placeholder((8, 512), "float32", name="x")
+    ka, kb = te.reduce_axis((0, 512), name="ka"), te.reduce_axis((0, 512), name="kb")
+    s = te.compute((8,), lambda i: te.sum(x[i, ka], axis=ka), name="s")
+    d = te.compute((8,), lambda i: te.sum(x[i, kb] * s[i], axis=kb), name="d")
+    k = ta.build([s, d], [x])
+    assert "siblings(" not in str(k.plan), str(k.plan)
+    xs = rng().standard_normal((8, 512)).astype(np.float32)
+    got_s, got_d = k(xs)
+    x64 = xs.astype(np.float64)
+    np.testing.assert_allclose(got_d, x64.sum(1) * x64.sum(1), rtol=1e-4)
