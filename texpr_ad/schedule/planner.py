@@ -49,7 +49,7 @@ from ..te.dag import topo_order
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, Var
 from ..te.ops import Op
 from ..te.printer import expr_str
-from ..te.simplify import simplify
+from ..te.simplify import INDEX_RULES, simplify
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tensor
 from ..te.visit import bounds_depend_on_axes, children, substitute, transform, walk
 from . import cpu, cuda
@@ -302,9 +302,10 @@ def _plain_read(e: Expr) -> bool:
 
 def _simplify_indices(x: Expr) -> Expr | None:
     """Reads with simplified indices: substituting a reshape's flat index into its reader's
-    unflattening (`(64*i + j) // 64`) leaves div/mod chains that simplify to the axes."""
+    unflattening (`(64*i + j) // 64`) leaves div/mod chains that simplify to the axes, and an
+    adjoint's inverted index map recombines them (`8 * (f // 8) + f % 8` -> `f`)."""
     if isinstance(x, Read) and x.indices:
-        idx = tuple(simplify(i) for i in x.indices)
+        idx = tuple(simplify(i, INDEX_RULES) for i in x.indices)
         if any(a is not b for a, b in zip(idx, x.indices)):
             return Read(x.tensor, idx, x.dtype)
     return None
@@ -321,7 +322,7 @@ class _Expander:
 
     def __call__(self, e: Expr) -> Expr:
         self._expand_producers([e])
-        return transform(e, self._instantiate)
+        return transform(transform(e, self._instantiate), _simplify_indices)
 
     def _instantiate(self, x: Expr) -> Expr | None:
         if isinstance(x, Read) and id(x.tensor.op) in self.inlined:
