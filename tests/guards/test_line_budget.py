@@ -20,7 +20,7 @@ BUDGET = {
     "ops": 2700,
     "schedule": 3200,
     "kernels": 3450,
-    "relax_bridge": 3050,
+    "relax_bridge": 3090,
     "report": 1450,
     "testing": 500,
 }

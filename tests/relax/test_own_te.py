@@ -29,7 +29,9 @@ VARIANTS = ["relax.cumprod[exclusive, zeros]", "relax.sort[descending]",
             "relax.scatter_elements[duplicates]", "relax.scatter_elements[add]",
             "relax.scatter_nd[duplicates]", "relax.scatter_nd[add, duplicates]",
             "relax.index_put[duplicates]", "relax.index_put[accumulate, broadcast]",
-            "relax.grad.take_backward[flattened]", "relax.layout_transform[padded]"]
+            "relax.grad.take_backward[flattened]", "relax.layout_transform[padded]",
+            "relax.nn.attention_var_len[TopLeft, scale]",
+            "relax.nn.attention_var_len[BottomRight, unused]"]
 CHECKED_NO_GRAD = ["relax.argsort", "relax.bucketize", "relax.arange", "relax.size",
                    "relax.multinomial_from_uniform", "relax.vision.get_valid_counts",
                    "relax.vision.non_max_suppression"]
@@ -114,6 +116,24 @@ def test_legalizations_compute_the_op() -> None:
     assert got.dtype == np.float32 and np.array_equal(got, a.astype(np.float32))
 
 
+@pytest.mark.parametrize("causal", [None, "TopLeft", "BottomRight"])
+def test_attention_var_len_is_attention_per_sequence(causal: str | None) -> None:
+    """TVM 0.27 cannot legalize attention_var_len; the own te's legalization gives, for each
+    packed sequence, what TVM's own relax.nn.attention gives on it alone (its causal masks
+    included); a query in no sequence gets 0."""
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal(s) for s in ((1, 8, 2, 4), (1, 6, 2, 4), (1, 6, 2, 3)))
+    sq, sk = np.array([0, 3, 7], "int32"), np.array([0, 4, 6], "int32")  # query 7: none
+    got = _run(lambda *p: relax.op.nn.attention_var_len(*p[:4], p[5], p[4], p[6], scale=0.6,
+                                                        causal_mask=causal),
+               q, k, v, sq, sk, np.array(4, "int32"), np.array(4, "int32"))
+    for b in range(2):
+        want = _run(lambda *p: relax.op.nn.attention(*p, scale=0.6, causal_mask=causal),
+                    q[:, sq[b]:sq[b + 1]], k[:, sk[b]:sk[b + 1]], v[:, sk[b]:sk[b + 1]])
+        np.testing.assert_allclose(got[:, sq[b]:sq[b + 1]], want, rtol=1e-13, atol=1e-14)
+    assert not got[:, 7].any()
+
+
 def test_sort_values_gradient_goes_to_the_sorted_positions() -> None:
     """d sort(x) / dx scatters dy to where each value came from (ties: TVM's order)."""
     x = relax.Var("x", relax.TensorType((5,), "float64"))
@@ -156,6 +176,10 @@ def test_unsupported_calls_say_what_to_do() -> None:
                           (4,), [3], (1,))
     assert "values of shape (1,) give 1 value(s) for the 3 positions" in msg
     assert "broadcast values to (3,) first" in msg
+    msg = _gradient_error(lambda q, k, v, s: relax.op.nn.attention_var_len(
+        q, k, v, s, relax.const(2, "int32"), window_size=2), (1, 2, 1, 2), (1, 2, 1, 2),
+        (1, 2, 1, 2), [2])
+    assert "attention_var_len: window_size=2," in msg and "defines window_size=None" in msg
 
 
 

@@ -21,8 +21,9 @@ what TVM's forward decided, it reads it from TVM, so the gradient follows the fo
                               gradient never divides (texpr_ad's prod rule counts the zeros)
     take_backward             a scatter-add of the output gradient along the axis
     layout_transform          out[index_map(i)] = x[i] (a scatter), padding filled with pad_value
-    ewise_fma, wrap_param,    elementwise, a cast, a pixel rearrangement; TVM 0.27 cannot compile
-    pixel_shuffle             these at all, so `legalize` gives them a legalization from this te
+    ewise_fma, wrap_param,    elementwise, a cast, a pixel rearrangement, attention over packed
+    pixel_shuffle,            sequences (per sequence as `relax.nn.attention`); TVM 0.27 cannot
+    attention_var_len         compile these at all, so `legalize` gives them one from this te
 
 `NO_GRAD` lists the ops whose outputs are indices, counts, samples or selections: they get a
 no-grad gradient (PyTorch has none for them either).
@@ -384,6 +385,44 @@ def _pixel_shuffle(call: Any, _: Any) -> tuple[list[Any], Callable[..., Any]]:
     return [call.args[0]], lambda x: pixel_shuffle(x, int(call.attrs.upscale_factor))
 
 
+def _attention_var_len(call: Any, _: Any) -> tuple[list[Any], Callable[..., Any]]:
+    """Query i of sequence b (seqstart_q[b] <= i < seqstart_q[b+1]) attends to the keys
+    seqstart_k[b] <= j < seqstart_k[b+1], masked in local positions as `relax.nn.attention`
+    masks (TopLeft: j' <= i'; BottomRight: j' <= i' + |len_q - len_k|); a query in no sequence
+    gives 0.  max_seqlen_q/k are kernel hints, not read."""
+    (q, k, v, sq, sk), a = call.args[:5], call.attrs
+    mask = None if a.causal_mask is None else str(a.causal_mask)
+    if a.window_size is not None or mask not in (None, "TopLeft", "BottomRight"):
+        raise BridgeError(f"relax.nn.attention_var_len: window_size={a.window_size}, causal_mask="
+                          f"{mask!r}: texpr_ad defines window_size=None (TVM 0.27 legalizes no "
+                          "sliding window) and causal_mask None, 'TopLeft' or 'BottomRight'")
+
+    def fte(Q: Tensor, K: Tensor, V: Tensor, SQ: Tensor, SK: Tensor) -> Tensor:
+        (_, nq, nh, d), nk, zero = Q.shape, K.shape[1], te.const(0, Q.dtype)
+        scale = te.const(1 / math.sqrt(int(d)) if a.scale is None else float(a.scale), Q.dtype)
+
+        def same(i: Expr, j: Expr) -> Expr:  # 1 where query i and key j share a sequence
+            b = te.reduce_axis((0, SQ.shape[0] - 1), name="b")
+            q0, q1, k0, k1 = (T[p].astype(i.dtype) for T in (SQ, SK) for p in (b, b + 1))
+            off = te.abs(q1 - q0 - k1 + k0) if mask == "BottomRight" else te.const(0, i.dtype)
+            causal = [] if mask is None else [j - k0 <= i - q0 + off]
+            ok = te.all(q0 <= i, i < q1, k0 <= j, j < k1, *causal)
+            return te.sum(te.if_then_else(ok, te.const(1, Q.dtype), zero), axis=b)
+        M = te.compute((nq, nk), same, name="same_sequence")
+        r = [te.reduce_axis((0, n), name="r") for n in (d, nk, nk, nk)]
+        S = te.compute((nq, nh, nk), lambda i, h, j: te.if_then_else(M[i, j] > 0, te.sum(
+            Q[0, i, h, r[0]] * K[0, j, h, r[0]] * scale, axis=r[0]), zero), name="scores")
+        top = te.compute((nq, nh), lambda i, h: te.max(S[i, h, r[1]], axis=r[1]), name="top")
+        E = te.compute(S.shape, lambda i, h, j: te.if_then_else(
+            M[i, j] > 0, te.exp(S[i, h, j] - top[i, h]), zero), name="weights")
+        Z = te.compute((nq, nh), lambda i, h: te.sum(E[i, h, r[2]], axis=r[2]), name="total")
+        N = te.compute((nq, nh, V.shape[3]), lambda i, h, c: te.sum(
+            E[i, h, r[3]] * V[0, r[3], h, c], axis=r[3]), name="weighted")
+        return te.compute((1, nq, nh, V.shape[3]), lambda _, i, h, c: te.if_then_else(
+            Z[i, h] > 0, N[i, h, c] / Z[i, h], zero), name="attention_var_len")
+    return [q, k, v, sq, sk], fte
+
+
 OWN_TE: dict[str, Define] = {
     "relax.cumsum": _scan(te.sum, "cumsum"),
     "relax.cumprod": _scan(te.prod, "cumprod"),
@@ -398,11 +437,13 @@ OWN_TE: dict[str, Define] = {
     "relax.ewise_fma": _ewise_fma,
     "relax.wrap_param": _wrap_param,
     "relax.nn.pixel_shuffle": _pixel_shuffle,
+    "relax.nn.attention_var_len": _attention_var_len,
 }
 
 # Ops TVM 0.27 cannot compile at all (no legalization, or one that fails): `legalize` gives
 # them one from the te above, so that the forward runs too.
-LEGALIZE = ("relax.ewise_fma", "relax.wrap_param", "relax.nn.pixel_shuffle")
+LEGALIZE = ("relax.ewise_fma", "relax.wrap_param", "relax.nn.pixel_shuffle",
+            "relax.nn.attention_var_len")
 LEVEL_LEGALIZE = 20  # above TVM's own FLegalize
 
 

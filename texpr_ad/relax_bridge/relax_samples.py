@@ -56,6 +56,13 @@ _ROIS = Arg((2, 5), F, values=(0, 0.55, 0.7, 3.6, 4.2, 0, 1.2, 0.35, 4.9, 3.15))
 F32 = {"dtype": "float32", "tol": 2e-2}  # float32 forward: looser central differences
 
 
+def _var_len(seq_q: tuple = (0, 3, 7), seq_k: tuple = (0, 4, 6), **attrs: Any) -> Sample:
+    """attention_var_len (q, k, v, seqstart_q/k, max_seqlen_q/k) on packed sequences."""
+    ints = [Arg((len(s),) * (len(s) > 1), "int32", values=s) for s in (seq_q, seq_k, (4,), (4,))]
+    return Sample(lambda q, k, v, sq, sk, mq, mk: _op("nn.attention_var_len")(
+        q, k, v, sq, mq, sk, mk, **attrs), (f(1, 7, 2, 4), f(1, 6, 2, 4), f(1, 6, 2, 3), *ints))
+
+
 def _r() -> Any:
     from tvm import relax
     return relax
@@ -253,6 +260,7 @@ def _samples() -> dict[str, Sample]:
         "relax.nn.attention": _s("nn.attention", f(1, 3, 2, 4), f(1, 5, 2, 4), f(1, 5, 2, 4)),
         "relax.nn.attention_bias": _s("nn.attention_bias", f(1, 3, 2, 4), f(1, 5, 2, 4),
                                       f(1, 5, 2, 4), f(1, 2, 3, 5)),
+        "relax.nn.attention_var_len": _var_len(),
         "relax.image.resize2d": _s("image.resize2d", f(1, 2, 3, 4), attrs={"size": (5, 6)}, **F32),
         "relax.image.resize3d": _s("image.resize3d", f(1, 1, 2, 3, 3), attrs={"size": (3, 4, 4)}, **F32),
         "relax.image.grid_sample": _s("image.grid_sample", f(1, 2, 4, 4), f(1, 3, 3, 2, lo=-0.9, hi=0.9)),
@@ -337,6 +345,9 @@ VARIANTS: dict[str, Sample] = {
                                    Arg((3,), "int64", values=(3, 0, 3)), f(3))),
     "relax.grad.take_backward[flattened]": _s("grad.take_backward", f(3), f(3, 5),
                                               Arg((3,), "int64", values=(4, 11, 4))),
+    "relax.nn.attention_var_len[TopLeft, scale]": _var_len(causal_mask="TopLeft", scale=0.7),
+    "relax.nn.attention_var_len[BottomRight, unused]": _var_len(
+        (0, 2, 6), (0, 1, 5), causal_mask="BottomRight"),  # query 6 and key 5: no sequence
     "relax.layout_transform[padded]": _s("layout_transform", f(2, 6), attrs={
         "index_map": lambda a, c: (c // 4, a, c % 4), "pad_value": 0.5}),
 }
@@ -373,14 +384,16 @@ NO_SAMPLE: dict[str, str] = {
                      "differentiate past it (sum's gradient needs the shape, MatchCast aborts)",
     "relax.unique": "data-dependent output shape: TVM 0.27's Gradient pass cannot "
                     "differentiate past it (sum's gradient needs the shape, MatchCast aborts)",
-    "relax.nn.attention_var_len": "its legalization fails in TVM 0.27",
 }
 
 # Ops classified not derivable before their legalization is looked at, and why.
 NOT_TE: dict[str, str] = {
-    "relax.dynamic_strided_slice": "data-dependent output shape: TVM 0.27's Gradient pass never "
-                                   "asks for its gradient (the gradients of the ops after it, "
-                                   "sum's first, need the shape, and MatchCast aborts the pass)",
+    "relax.dynamic_strided_slice": (
+        "output R.Tensor(ndim=n) has no shape, even for constant begin/end/strides: TVM 0.27's "
+        "Gradient pass aborts before it asks for this op's gradient, in the reduction's after it "
+        "(sum: broadcast_to(dy, None) -> 'Found null pointer node while traversing AST'; mean: "
+        "\"'NoneType' object is not iterable\"), or at a match_cast to a known shape "
+        "('Check failed: (var_binding) is false', gradient.cc's CheckpointCollector)"),
 }
 
 # -- TVM's gradient conventions, kept when a derived gradient replaces or joins them ----------
