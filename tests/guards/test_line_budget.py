@@ -18,7 +18,7 @@ BUDGET = {
     "te": 2800,
     "deriv": 1750,
     "ops": 2700,
-    "schedule": 3200,
+    "schedule": 3300,
     "kernels": 3450,
     "relax_bridge": 3090,
     "report": 1450,

@@ -53,6 +53,7 @@ from ..te.simplify import INDEX_RULES, simplify
 from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tensor
 from ..te.visit import bounds_depend_on_axes, children, substitute, transform, walk
 from . import cpu, cuda
+from .layout import choose_layouts
 from .nest import compute_stage, const_int, iteration_count
 from .share import share
 from .plan import ComputeStage, Inline, Plan, ScatterStage, ScheduleError, Stage, StageKind
@@ -125,7 +126,7 @@ def plan_stages(outputs: Sequence[Tensor], inputs: Sequence[Tensor],
         if id(op) not in out_ops:
             st = replace(st, notes=(f"materialized: {why_kept[id(op)]}", *st.notes))
         stages.append(st)
-    stages = share(stages)
+    stages = choose_layouts(share(stages))
     by_id = {id(op): op for op in ops}
     inl = tuple(Inline(names[k], ", ".join(dict.fromkeys(names[id(u.reader)] for u in us)),
                        _inline_reason(by_id[k], us)) for k, us in inlined.items())
