@@ -51,6 +51,10 @@ WARMUP = 2
 _TORCH_OPS: dict[str, Any] = {}  # texpr_ad.torch ops, registered once per process
 
 
+FORCED_ISA = {"haswell": "AVX2", "znver3": "AVX2", "skylake": "AVX2", "skylake-avx512": "AVX-512",
+              "znver4": "AVX-512", "icelake-server": "AVX-512", "sapphirerapids": "AVX-512"}
+
+
 def vector_isa(flags: set[str]) -> str:
     """The widest SIMD family among a CPU's feature flags (/proc/cpuinfo or LLVM names)."""
     table = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("asimd", "NEON"), ("neon", "NEON"),
@@ -73,10 +77,15 @@ def cpu_line(torch: Any) -> str:
         pass
     import llvmlite.binding as ll
     llvm = {k for k, v in ll.get_host_cpu_features().items() if v}
-    cpu_name = os.environ.get("NUMBA_CPU_NAME") or ll.get_host_cpu_name()
+    forced = os.environ.get("NUMBA_CPU_NAME")
+    cpu_name = forced or ll.get_host_cpu_name()
+    # a forced target (NUMBA_CPU_NAME) compiles for that CPU's features, not the host's
+    texpr_isa = (vector_isa(set(os.environ.get("NUMBA_CPU_FEATURES", "").replace("+", "").split(",")))
+                 if forced and os.environ.get("NUMBA_CPU_FEATURES") else
+                 FORCED_ISA.get(forced, f"{forced}'s own") if forced else vector_isa(llvm))
     from torch._inductor import cpu_vec_isa
     return (f"CPU: {model}, {os.cpu_count()} cores; vector ISA {vector_isa(flags or llvm)} "
-            f"(texpr_ad/Numba LLVM target {cpu_name}: {vector_isa(llvm)}; torch ATen "
+            f"(texpr_ad/Numba LLVM target {cpu_name}: {texpr_isa}; torch ATen "
             f"{torch.backends.cpu.get_cpu_capability()}, Inductor {cpu_vec_isa.pick_vec_isa()}); "
             f"{THREADS} threads per framework")
 
