@@ -9,6 +9,8 @@ import pytest
 import texpr_ad as ta
 from texpr_ad import te
 from texpr_ad.deriv.centered import is_centered_zero
+from texpr_ad.te.expr import Read, Reduce
+from texpr_ad.te.visit import walk
 from texpr_ad.ops import elementwise as E
 from texpr_ad.testing import numerical_grad
 
@@ -113,3 +115,36 @@ def test_a_non_centered_sum_keeps_its_gradient():
     (got,) = te.evaluate([dx], {x: a, h: hv})
     want = numerical_grad(lambda av: float(np.sum(te.evaluate([t], {x: av})[0] * hv)), [a], 0)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8)
+
+
+def test_a_group_mean_spelled_g_times_c_is_recognized_and_the_gradient_stays_right():
+    """Group statistics index channels as `g * 4 + rc`; the adjoint spells it `4 * g + rc`: the
+    two spellings are one index (group-norm's variance term was kept before)."""
+    x = te.placeholder((2, 8, 3), "float64", name="x")
+    rc, rw = te.reduce_axis((0, 4), "rc"), te.reduce_axis((0, 3), "rw")
+    mean_red = te.compute((2, 2), lambda b, g: te.sum(x[b, g * 4 + rc, rw], axis=[rc, rw]),
+                          name="mean_red")
+    mean = te.compute((2, 2), lambda b, g: mean_red[b, g] / 12.0, name="mean")
+    sc, sw = te.reduce_axis((0, 4), "sc"), te.reduce_axis((0, 3), "sw")
+
+    def sq(b, g):
+        d = x[b, g * 4 + sc, sw] - mean[b, g]
+        return d * d
+    var = te.compute((2, 2), lambda b, g: te.sum(sq(b, g), axis=[sc, sw]) / 12.0, name="var")
+    y = te.compute((2, 8, 3), lambda b, f, w: (x[b, f, w] - mean[b, f // 4])
+                   * te.rsqrt(var[b, f // 4] + 1e-5), name="y")
+    h = te.placeholder(y.shape, "float64", name="h")
+    (dx,) = ta.grad(y, [x], head=h)
+    sums_of_x_minus_mean = [t.name for t in te.topo_order([dx]) if isinstance(t.op, te.ComputeOp)
+                            and isinstance(t.op.body[0], Reduce) and t.name.startswith("dmean")
+                            and {x.tensor.name for x in walk(t.op.body[0].source[0])
+                                 if isinstance(x, Read)} == {"x", "mean"}]
+    assert not sums_of_x_minus_mean, sums_of_x_minus_mean
+    r = np.random.default_rng(5)
+    xv, hv = r.standard_normal((2, 8, 3)), r.standard_normal((2, 8, 3))
+    (g,) = te.evaluate([dx], {x: xv, h: hv})
+
+    def loss(a):
+        (yv,) = te.evaluate([y], {x: a})
+        return float(np.sum(yv * hv))
+    np.testing.assert_allclose(g, numerical_grad(loss, [xv], 0), rtol=1e-6, atol=1e-8)

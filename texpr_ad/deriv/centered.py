@@ -21,6 +21,7 @@ import math
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, ReduceKind
 from ..te.ops import Op
 from ..te.tensor import ComputeOp
+from ..te.simplify import simplify
 from ..te.visit import substitute, walk
 
 Linear = dict[Read, float]  # read -> coefficient
@@ -99,7 +100,7 @@ def is_centered_zero(source: Expr, axes: tuple[IterVar, ...]) -> bool:
     if cx + cm != 0 or any(v is a for a in axes for i in m.indices for v in walk(i)):
         return False
     want = substitute(red.source[0], {**data, **dict(zip(red.axis, axes, strict=True))})
-    return want.same_as(x)
+    return simplify(want).same_as(simplify(x))  # `g * 8 + rc` as the adjoint spells it, `8 * g + rc`
 
 
 __all__ = ["is_centered_zero"]
