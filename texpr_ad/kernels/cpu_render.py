@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..schedule.loopnest import Loop, LoopKind, Place, StageRef, refs
+from ..schedule.loopnest import Loop, LoopKind, Place, refs
 from ..schedule.plan import SUM_BLOCK, SUM_CHAIN, ComputeStage, ScatterStage, wide_sum
 from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind
 from ..te.visit import walk
