@@ -10,8 +10,9 @@ from typing import Callable, Sequence
 
 from ..schedule.loopnest import Loop, LoopKind, Place, refs
 from ..schedule.plan import SUM_BLOCK, SUM_CHAIN, ComputeStage, ScatterStage, wide_sum
-from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind
-from ..te.visit import walk
+from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind, const
+from ..te.simplify import simplify
+from ..te.visit import substitute, walk
 from .render import (CHECK_NAME, ERR_NAME, KERNEL_NAME, WIDE_ZERO, _describe, _is_placeholder, _is_zero,
                      _np_dtype, _reduce_groups, _Render, loop_entry_checks, stage_unproven, top)
 
@@ -568,14 +569,34 @@ class CPURender(_Render):
         """acc = combine(acc, source) of each stage (with its accumulator) over `axes`, then the
         row axis, if any, innermost; the stages share these loops (a CHUNKS loop of fuse.py)."""
         d = depth
-        for ax in axes:
+        reds = [_reduce_groups(st.bodies)[0][0] for st, _ in stages]
+        last = axes[-1] if axes and row is not None and not self.hoist.get(axes[-1]) and all(
+            isinstance(r.condition, Const) and r.condition.value is True for r in reds) else None
+        for ax in (axes[:-1] if last is not None else axes):
             self.range_loop(d, ax, {})
             d += 1
+        if last is not None:  # unrolled: each row element loaded and stored once per ROW_UNROLL terms
+            assert row is not None
+            groups = IterVar(f"{last.name}_g", const(0, "int64"),
+                             simplify(last.extent // ROW_UNROLL), "reduce")
+            rest = IterVar(last.name, simplify(last.lo + groups.extent * ROW_UNROLL),
+                           simplify(last.extent % ROW_UNROLL), "reduce")
+            for loop, at in ((groups, [last.lo + groups * ROW_UNROLL + u for u in range(ROW_UNROLL)]),
+                             (rest, [rest])):
+                self.range_loop(d, loop, {})
+                self.range_loop(d + 1, row, {})
+                for (st, acc_at), r in zip(stages, reds, strict=True):
+                    a, t = acc_at(), self.names.fresh(f"{st.name}_t")  # a local: no reload
+                    self.emit(d + 2, f"{t} = {a}")                   # after each store
+                    for k in at:  # the same terms in the same order as one loop over `last`
+                        src = self.expr(simplify(substitute(r.source[0], {last: k})), {})
+                        self.combine(d + 2, r.combiner, [t], [src], [t], st.name)
+                    self.emit(d + 2, f"{a} = {t}")
+            return
         if row is not None:
             self.range_loop(d, row, {})
             d += 1
-        for st, acc_at in stages:
-            r = _reduce_groups(st.bodies)[0][0]
+        for (st, acc_at), r in zip(stages, reds, strict=True):
             dc = d
             if not (isinstance(r.condition, Const) and r.condition.value is True):
                 self.emit(d, f"if {top(self.expr(r.condition, {}))}:")
@@ -743,6 +764,7 @@ NEST_RULES: dict[LoopKind, Callable[[CPURender, Loop], None]] = {
 # |d| > 2^126: 1 / d is subnormal and loses bits); then d k is normal and the product exact.
 # the accumulation step of a lanes reduction, by kind (vecmath.py)
 LANE_STEP = {ReduceKind.SUM: "radd", ReduceKind.MAX: "fmaximum", ReduceKind.MIN: "fminimum"}
+ROW_UNROLL = 4  # terms of the innermost reduce loop folded into a row element per load and store
 _RECIP_SCALE = (f"np.float32({2.0 ** 24!r}) if 0 < abs({{d}}) < np.float32({2.0 ** -126!r}) else "
                 f"np.float32({2.0 ** -24!r}) if np.float32({2.0 ** 126!r}) < abs({{d}}) < np.inf "
                 "else np.float32(1.0)")

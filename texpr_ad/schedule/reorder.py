@@ -59,8 +59,9 @@ def _tightened(r: Reduce) -> Reduce | None:
     if isinstance(r.condition, Const) and r.condition.value is True:
         return None
     inv = invert([], list(r.axis), [], [r.condition])
-    if inv is None or (len(inv.conditions) == 1 and inv.conditions[0].same_as(r.condition)):
-        return None
+    if inv is None or not inv.new_axes or (len(inv.conditions) == 1 and
+                                           inv.conditions[0].same_as(r.condition)):
+        return None  # (no axes left: a one-term range, `s <= i` over [0, 1), keeps its loop)
     sub = {a: v for a, v in inv.subst.items() if v is not a}
     cond = functools.reduce(lambda a, b: a & b, inv.conditions) if inv.conditions else const(True)
     return replace(r, axis=inv.new_axes, condition=substitute(cond, sub) if sub else cond,
