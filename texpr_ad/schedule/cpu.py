@@ -82,6 +82,7 @@ from .plan import with_cpu as _cpu
 MIN_BLAS_WORK = 4096  # contractions with fewer multiply-adds stay in loops
 MAX_IM2COL = 1 << 26  # elements of an im2col gather stage (256 MiB of float32) at most
 SHARED_BATCH_MIN_WORK = 1 << 20  # multiply-adds per batch entry of a shared-operand product
+IM2COL_MIN_ENTRY = 1 << 17  # multiply-adds per batch entry of a gathered (im2col) product
 SPLIT_MAX_POINTS = 1 << 16  # split a reduction only if its output has at most this many points
 SPLIT_MIN_WORK = 1 << 15  # ... and it has at least this many iterations
 SPLIT_CHUNKS = 16  # partial results of a split reduction (>= the thread count, for balance)
@@ -391,6 +392,9 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
     if not f.b.closed or any(f.role(k) is not Role.K for k in f.red) or not f.axes(Role.M):
         return (), st  # no M: each gathered element would meet one row of A (a depthwise
         #                convolution, a matrix-vector product per channel): loops read it once
+    if f.axes(Role.BATCH) and f.per_entry(f.axes(Role.BATCH)) < IM2COL_MIN_ENTRY:
+        return (), st  # a batch of small products (an EMA's adjoint: 512 of 16 x 64 x 64): the
+        #                gather and the per-product calls cost more than the loops
     data, red, gathered = f.data, f.red, f.b.g
     if ov.get("implicit", True):
         done = _implicit(st, f, box)
