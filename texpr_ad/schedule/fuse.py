@@ -197,8 +197,7 @@ def _prange_body(members: list[Stage], readers: dict[int, set[str]]
             prev, ComputeStage) and nodes and isinstance(nodes[-1], StageRef) else None
         if m is not None:
             assert isinstance(st, ComputeStage) and isinstance(prev, ComputeStage)
-            st = replace(st, axes=tuple(m[a] for a in st.axes), order=tuple(m[a] for a in st.order),
-                         bodies=tuple(rename_axes(b, m) for b in st.bodies))
+            st = renamed(st, m)
             nodes[-1] = Loop(LoopKind.ROW, prev.order[1].extent,
                              (nodes[-1], StageRef(st.name)), REASONS[LoopKind.ROW])  # type: ignore[arg-type]
         else:
@@ -396,11 +395,9 @@ def on_loops_of(st: ComputeStage, m: dict[IterVar, IterVar]) -> ComputeStage:
     """`st` written over the axes of the stage whose loops it shares (`m`: its axes to those)."""
     acc = st.cpu.accumulate  # type: ignore[union-attr]
     assert acc is not None and acc.split is not None
-    return replace(
-        st, axes=tuple(m[a] for a in st.axes), order=tuple(m[a] for a in st.order),
-        bodies=tuple(rename_axes(b, m) for b in st.bodies),
-        cpu=replace(st.cpu, accumulate=replace(
-            acc, split=m[acc.split], row=None if acc.row is None else m.get(acc.row))))
+    st = renamed(st, m)
+    return replace(st, cpu=replace(st.cpu, accumulate=replace(
+        acc, split=m[acc.split], row=None if acc.row is None else m.get(acc.row))))
 
 
 def rename_axes(e: Expr, m: dict[IterVar, IterVar]) -> Expr:
