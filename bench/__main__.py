@@ -20,6 +20,12 @@ layout (torch's gradient layout contract).  The vjp pair is
 `texpr_ad.vjp` when the library has it, else bench/vjp.py's stand-in (forward kernel + a
 backward kernel recomputing from the inputs); the header says which.
 
+Each comparison is also timed against `torch.compile` of the same PyTorch function (Inductor,
+CPU; "ind ms", "t/ind" = texpr_ad / Inductor), interleaved in the same rounds; its backward alone
+runs on graphs whose forwards ran before, one per call (its backward frees its saved buffers).
+An Inductor result off from eager's by more than 1e-3 is reported under the row and not timed.
+`--no-inductor` leaves it out.
+
 Per row: the median of `--repeat` runs after warm-up, with two threads for every framework;
 "ratio" texpr_ad / torch of the medians, "(min)" of the fastest runs; "max rel err" (max |a - b|
 / max |b|) of the forward output (fwd), of the vjp pair's forward output (step) and of its
@@ -43,10 +49,12 @@ operator (from the same interleaved runs).
 plainly in te and trained through `texpr_ad.torch`, against PyTorch eager and `torch.compile`
 (`python -m bench.user_ops` runs that section alone).  `--overhead` adds the per-call overhead
 of a texpr_ad torch op on 1000 floats next to plain torch and an empty `torch.library.custom_op`
-(bench/overhead.py; `python -m bench.overhead` alone).
+(bench/overhead.py; `python -m bench.overhead` alone).  With `--user` a last summary takes the
+registry, plain and user-op rows together: geomean texpr/eager and texpr/Inductor per comparison
+and every row above 1.5x Inductor.
 
 Options: --only NAME[,NAME], --repeat N, --target cpu|cuda, --quick, --no-compile, --no-plain,
---user, --overhead.
+--no-inductor, --user, --overhead.
 """
 from __future__ import annotations
 
@@ -182,30 +190,55 @@ def errors_vs(side: dict[str, Any], ref: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def inductor_side(w: Any, g: np.ndarray, ref: dict[str, Any], calls: int
+                  ) -> tuple[dict[str, Call] | None, str | None]:
+    """Timed `torch.compile(w.torch_fn)` calls {fwd, step, bwd} (bench/user_ops.py's `side`:
+    `calls` graphs for the backward alone), or None and why: a compile failure, or results off
+    from eager's by more than user_ops.MISMATCH (Inductor's CPU code has computed wrong values
+    under a forced ISA; such a side is reported, not timed)."""
+    import torch
+    from bench.user_ops import MISMATCH, side
+    try:
+        s = side(torch.compile(w.torch_fn), w, g, calls)
+    except Exception as e:  # noqa: BLE001 - reported under the table
+        return None, short(e)
+    got = s["check"]["fwd"] + s["check"]["step"]
+    err = _rel_err([np.asarray(x).reshape(np.shape(y)) for x, y in zip(got, [ref["y"]] + ref[
+        "grads"], strict=True)], [ref["y"]] + ref["grads"])
+    return (None, f"mismatch: Inductor differs from eager by {err:.1e}") if err > MISMATCH else (
+        s, None)
+
+
 def run_workload(name: str, quick: bool, repeat: int, target: str, with_plain: bool,
-                 jax: bool) -> list[dict[str, Any]]:
-    """The registry row of `name` and (with_plain) its plain row, timed interleaved."""
+                 jax: bool, inductor: bool = False) -> list[dict[str, Any]]:
+    """The registry row of `name` and (with_plain) its plain row, timed interleaved with torch
+    eager and (inductor) torch.compile of the same PyTorch function."""
     from bench import plain
     w = plain.make(name, quick)
     g = head(out_shape(w))
     ref = torch_side(w, g)
+    ind, why = inductor_side(w, g, ref, repeat + 2) if inductor else (None, None)
     forms = [w] + ([plain.plain(w)] if with_plain else [])
     sides = [texpr_side(f, g, target) for f in forms]
     jx = _jax(w, g, jax)
     rows = [{"name": f.name, "errors": s["errors"], "err": errors_vs(s, ref)}
             for f, s in zip(forms, sides, strict=True)]
+    if why:
+        rows[0]["errors"]["inductor"] = why
     for c in COMPARISONS:
         mine = [(r, s[c]) for r, s in zip(rows, sides, strict=True) if c in s]
         if not mine:
             continue
-        times = paired_times(*[fn for _, fn in mine], ref[c], repeat=repeat)
+        times = paired_times(*[fn for _, fn in mine], ref[c], *([ind[c]] if ind else []),
+                             repeat=repeat)
         t_torch = times[len(mine)]
+        t_ind = times[len(mine) + 1] if ind else (None, None)
         # JAX apart: XLA's threads keep spinning after a call and slowed whatever ran next
         # (layer_norm step measured 5.5 ms right after a JAX call, 3.2 ms otherwise)
         t_jax = paired_times(jx[c], repeat=repeat)[0] if jx else None
         for (r, _), t in zip(mine, times, strict=False):
             r[c] = {"t": t[0], "min": t[1], "torch": t_torch[0], "torch_min": t_torch[1],
-                    "jax": t_jax[0] if t_jax else None}
+                    "ind": t_ind[0], "jax": t_jax[0] if t_jax else None}
     if len(rows) == 2 and "step" in rows[0] and "step" in rows[1]:
         rows[1]["plain_over_registry"] = rows[1]["step"]["t"] / rows[0]["step"]["t"]
     return rows
@@ -276,8 +309,8 @@ def _sec(t: float | None) -> str:
 
 NAME_W = 24
 HEADER = (f"{'workload':<{NAME_W}} {'':<4} {'texpr ms':>9} {'torch ms':>9} {'ratio':>6} "
-          f"{'(min)':>6} {'max rel err':>11} {'jax ms':>9} {'t/jax':>6} {'cold s':>7} "
-          f"{'warm s':>7}")
+          f"{'(min)':>6} {'ind ms':>9} {'t/ind':>6} {'max rel err':>11} {'jax ms':>9} "
+          f"{'t/jax':>6} {'cold s':>7} {'warm s':>7}")
 
 
 def print_row(r: dict[str, Any], comp: dict[str, dict[str, float]]) -> None:
@@ -291,9 +324,12 @@ def print_row(r: dict[str, Any], comp: dict[str, dict[str, float]]) -> None:
         err = r["err"].get(c)
         print(f"{label:<{NAME_W}} {c:<4} {ms(t['t'])} {ms(t['torch'])} "
               f"{ratio(t['t'], t['torch'])} {ratio(t['min'], t['torch_min'])} "
+              f"{ms(t['ind'])} {ratio(t['t'], t['ind'])} "
               f"{'-' if err is None else f'{err:.1e}':>11} {ms(t['jax'])} "
               f"{ratio(t['t'], t['jax'])} {_sec(c_.get(f'cold_{c}'))} "
               f"{_sec(c_.get(f'warm_{c}'))}")
+    if "inductor" in r["errors"]:
+        print(f"{'':<{NAME_W}} ! inductor not timed: {r['errors']['inductor'][:120]}")
     sys.stdout.flush()
 
 
@@ -308,12 +344,12 @@ def _geomean_table(groups: dict[str, list[dict[str, Any]]], ref: str) -> None:
     for g, rs in groups.items():
         cells, worst = [], []
         for c in COMPARISONS:
-            ratios = [(r[c]["t"] / r[c][ref], r["name"]) for r in rs if c in r and r[c][ref]]
+            ratios = [(r[c]["t"] / r[c][ref], r["name"]) for r in rs if c in r and r[c].get(ref)]
             cells.append(f"{geomean([x for x, _ in ratios]):6.2f}" if ratios else f"{'-':>6}")
             if ratios:
                 x, n = max(ratios)
                 worst.append(f"{c} {n} {x:.2f}x")
-        done = sum(1 for r in rs if all(c in r and r[c][ref] for c in COMPARISONS))
+        done = sum(1 for r in rs if all(c in r and r[c].get(ref) for c in COMPARISONS))
         label = f"{g} ({done}/{len(rs)} complete)"
         print(f"  {label:<36} " + " ".join(cells) + "   " + "; ".join(worst))
 
@@ -323,6 +359,8 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
              "plain": [r for r in rows if r["name"].endswith(":plain")]}
     groups = {g: rs for g, rs in parts.items() if rs}
     _geomean_table(groups, "torch")
+    if any(r[c].get("ind") for r in rows for c in COMPARISONS if c in r):
+        _geomean_table(groups, "ind")
     if any(r[c]["jax"] for r in rows for c in COMPARISONS if c in r):
         _geomean_table(groups, "jax")
     ok = [r for r in rows if r.get("plain_over_registry")]
@@ -333,11 +371,40 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
             print("  " + ", ".join(cells[i:i + 5]))
         print(f"  geometric mean {geomean([r['plain_over_registry'] for r in ok]):.2f} over "
               f"{len(ok)} operators")
-    failed = [(r["name"], c, r["errors"][c]) for r in rows for c in COMPARISONS if c not in r]
+    failed = [(r["name"], c, r["errors"].get(c, "?")) for r in rows for c in COMPARISONS
+              if c not in r]
     if failed:
         print("\nnot measured (texpr_ad failed to build or run):")
         for n, c, e in failed:
             print(f"  {n} {c}: {e[:160]}")
+
+
+def print_overall(rows: list[dict[str, Any]], user_rows: list[dict[str, Any]]) -> None:
+    """Geomean texpr/eager and texpr/Inductor per comparison over the registry, plain and user-op
+    rows together, and every ratio above 1.5x Inductor (the user-op issue's yardstick)."""
+    got: dict[tuple[str, str], list[tuple[float, str]]] = {}
+    for r in rows:
+        for c in (c for c in COMPARISONS if c in r):
+            for ref, key in (("eager", "torch"), ("inductor", "ind")):
+                if r[c].get(key):
+                    got.setdefault((ref, c), []).append((r[c]["t"] / r[c][key], r["name"]))
+    for r in user_rows:
+        for c in (c for c in COMPARISONS if "texpr" in r.get(c, {})):
+            for ref in (ref for ref in ("eager", "inductor") if ref in r[c]):
+                got.setdefault((ref, c), []).append((r[c]["texpr"][0] / r[c][ref][0],
+                                                     "user:" + r["name"]))
+    print(f"\n{'all rows (registry + plain + user ops)':<38} "
+          + " ".join(f"{c:>6}" for c in COMPARISONS) + "   rows")
+    for ref in ("eager", "inductor"):
+        cells = [f"{geomean([x for x, _ in got[ref, c]]):6.2f}" if got.get((ref, c)) else
+                 f"{'-':>6}" for c in COMPARISONS]
+        print(f"  {'texpr/' + ref:<36} " + " ".join(cells) + "   "
+              + "/".join(str(len(got.get((ref, c), []))) for c in COMPARISONS))
+    for c in COMPARISONS:
+        over = sorted(((x, n) for x, n in got.get(("inductor", c), []) if x > 1.5),
+                      key=lambda t: (-t[0], t[1]))
+        print(f"  {c} above 1.5x Inductor: "
+              + (", ".join(f"{n} {x:.2f}x" for x, n in over) if over else "none"))
 
 
 def blas_line(torch: Any) -> str:
@@ -371,6 +438,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--plain", action=argparse.BooleanOptionalAction, default=True,
                     help="include the plain-te formulations (rows NAME:plain; default: yes)")
     ap.add_argument("--no-jax", action="store_true", help="do not time JAX even if installed")
+    ap.add_argument("--no-inductor", action="store_true",
+                    help="do not time torch.compile (Inductor) of the PyTorch functions")
     ap.add_argument("--user", action="store_true",
                     help="then the user-op section (bench/user_ops.py: te vs eager vs torch.compile)")
     ap.add_argument("--overhead", action="store_true",
@@ -392,6 +461,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"quick={a.quick}, torch {torch.__version__}, jax "
           f"{'timed (XLA_FLAGS=' + os.environ['XLA_FLAGS'] + ')' if jax else 'not timed'}, "
           f"vjp pair: {'texpr_ad.vjp' if library_has_vjp() else 'bench stand-in (recompute)'}")
+    from bench.user_ops import cpu_line
+    print(cpu_line(torch))
     print(blas_line(torch))
     probe = names + ([n + ":plain" for n in names] if a.plain else [])
     comp = {} if a.no_compile else compile_times(probe, a.quick, a.target)
@@ -399,7 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("-" * len(HEADER), flush=True)
     rows: list[dict[str, Any]] = []
     for n in names:
-        got = run_workload(n, a.quick, a.repeat, a.target, a.plain, jax)
+        got = run_workload(n, a.quick, a.repeat, a.target, a.plain, jax, not a.no_inductor)
         for r in got:
             print_row(r, comp)
         rows.extend(got)
@@ -407,7 +478,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.user:
         from bench import user_ops
         print()
-        user_ops.run(list(user_ops.USER_OPS), a.quick, a.repeat)
+        user_rows = user_ops.run(list(user_ops.USER_OPS), a.quick, a.repeat, not a.no_inductor)
+        print_overall(rows, user_rows)
     if a.overhead:
         from bench import overhead
         print()

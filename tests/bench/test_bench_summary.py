@@ -6,7 +6,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.__main__ import print_summary  # noqa: E402
+from bench.__main__ import print_overall, print_summary  # noqa: E402
 
 
 def _row(name: str, fwd: float, step: float, bwd: float | None, **extra) -> dict:
@@ -31,3 +31,22 @@ def test_summary_geomeans_worst_rows_and_failures(capsys):
     assert "1/2 complete" in plain and "1.00   4.00   1.00" in plain
     assert "geometric mean 2.00 over 2 operators" in out
     assert "a:plain bwd: RuntimeError: boom" in out
+
+
+def test_overall_summary_takes_every_row_and_names_those_above_1_5x_inductor(capsys):
+    rows = [_row("a", 1.0, 2.0, 1.0), _row("a:plain", 1.0, 0.5, 1.0)]
+    rows[0]["step"]["ind"], rows[1]["step"]["ind"] = 1.0, 0.25  # step 2x and 2x Inductor
+    rows[0]["fwd"]["ind"] = 2.0  # fwd 0.5x; a:plain fwd not timed against Inductor
+    user = [{"name": "u", "fwd": {"texpr": (3.0, 3.0), "eager": (1.0, 1.0)},
+             "step": {"texpr": (1.0, 1.0), "eager": (2.0, 2.0), "inductor": (1.0, 1.0)},
+             "bwd": {}}]
+    print_overall(rows, user)
+    out = capsys.readouterr().out.splitlines()
+    eager = next(line for line in out if line.strip().startswith("texpr/eager"))
+    ind = next(line for line in out if line.strip().startswith("texpr/inductor"))
+    # eager step: 2, 0.5, 0.5 -> 0.79; fwd: 1, 1, 3 -> 1.44; bwd: 1, 1 -> 1
+    assert eager.split()[1:4] == ["1.44", "0.79", "1.00"] and eager.split()[-1] == "3/3/2"
+    # Inductor step: 2, 2, 1 -> 1.59; fwd: 0.5 alone
+    assert ind.split()[1:4] == ["0.50", "1.59", "-"] and ind.split()[-1] == "1/3/0"
+    assert any(line.strip() == "step above 1.5x Inductor: a 2.00x, a:plain 2.00x" for line in out)
+    assert any(line.strip() == "fwd above 1.5x Inductor: none" for line in out)

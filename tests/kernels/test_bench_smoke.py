@@ -30,18 +30,20 @@ def test_bench_quick_dense_runs():
         first, step, bwd = (line.split() for line in lines[at:at + 3])
         assert (first[1], step[0], bwd[0]) == ("fwd", "step", "bwd"), lines[at:at + 3]
     assert "geometric mean texpr/torch" in res.stdout
+    assert "geometric mean texpr/ind" in res.stdout  # torch.compile timed in the same rounds
+    assert "inductor not timed" not in res.stdout
     assert "plain / registry training-step time" in res.stdout
     assert "error" not in res.stdout
 
 
 def test_bench_no_plain_leaves_out_the_plain_rows():
-    res = _bench("--only", "reduce_sum", "--no-plain", "--no-jax")
+    res = _bench("--only", "reduce_sum", "--no-plain", "--no-jax", "--no-inductor")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "reduce_sum" in res.stdout and ":plain" not in res.stdout
 
 
 def test_bench_cuda_target_reports_instead_of_crashing():
-    res = _bench("--only", "reduce_sum", "--target", "cuda")
+    res = _bench("--only", "reduce_sum", "--target", "cuda", "--no-inductor")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "reduce_sum" in res.stdout
 
