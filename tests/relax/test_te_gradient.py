@@ -10,7 +10,10 @@ tvm = pytest.importorskip("tvm")
 
 from tvm import te as tte, tirx, topi  # noqa: E402
 
-from texpr_ad.relax_bridge import te_gradient  # noqa: E402
+import itertools  # noqa: E402
+
+import texpr_ad as ta  # noqa: E402
+from texpr_ad.relax_bridge import from_tvm, te_gradient  # noqa: E402
 
 SEED = 5150
 RNG = np.random.default_rng(SEED)
@@ -37,6 +40,7 @@ def _cases():
     k = tte.reduce_axis((0, 4), "k")
     X = tte.placeholder((1, 2, 7, 7), F, name="X")
     W = tte.placeholder((3, 2, 3, 3), F, name="W")
+    W1 = tte.placeholder((3, 2, 1, 1), F, name="W1")
     V = tte.placeholder((6,), F, name="V")
     idx = tte.placeholder((3,), "int64", name="idx")
     return {
@@ -49,14 +53,18 @@ def _cases():
         "conv2d_strided_dilated": (topi.nn.conv2d_nchw(X, W, 2, 1, 2), [X, W]),
         "pool_max_strided": (topi.nn.pool2d(X, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), "max"), [X]),
         "pool_avg_dilated": (topi.nn.pool2d(X, (2, 2), (2, 2), (2, 2), (0, 0, 0, 0), "avg"), [X]),
+        # gated gathers (issue #29): no tap unless gcd(stride, dilation) | j + pad, or 1x1 taps
+        "conv2d_s3_d3_k1": (topi.nn.conv2d_nchw(X, W1, 3, 0, 3), [X, W1]),
+        "pool_avg_s3_d3": (topi.nn.pool2d(X, (2, 2), (3, 3), (3, 3), (1, 1, 1, 1), "avg"), [X]),
         "conv_softmax": (topi.nn.softmax(topi.reshape(topi.nn.conv2d_nchw(X, W, 1, 0, 1), (3, 25))), [X, W]),
         "split_concat": (topi.concatenate([*topi.split(A, 2, axis=1)][::-1], axis=0), [A]),
         "take": (topi.take(A, idx, axis=1), [A, idx]),
     }
 
 
-NAMES = ["conv2d_strided_dilated", "conv_softmax", "custom_reducer_prod", "elementwise", "max",
-         "pool_avg_dilated", "pool_max_strided", "split_concat", "sum", "take", "tensordot"]
+NAMES = ["conv2d_s3_d3_k1", "conv2d_strided_dilated", "conv_softmax", "custom_reducer_prod",
+         "elementwise", "max", "pool_avg_dilated", "pool_avg_s3_d3", "pool_max_strided",
+         "split_concat", "sum", "take", "tensordot"]
 
 
 def _sample(t):
@@ -99,3 +107,27 @@ def test_head_none_is_the_jacobian():
     for i in range(4):
         want[i, i, :] = b[:, i]  # d/dA[i, k] of sum_k A[i, k] B[k, i]
     np.testing.assert_allclose(j, want, rtol=1e-12)
+
+
+STRIDED = [(op, s, d, k) for op in ("conv2d", "pool_max", "pool_avg")
+           for s, d, k in itertools.product((2, 3), (1, 2, 3), (1, 2, 3))]
+
+
+@pytest.mark.parametrize("op,s,d,k", STRIDED, ids=[f"{o}-s{s}-d{d}-k{k}" for o, s, d, k in STRIDED])
+def test_strided_topi_windows_adjoint_work_is_bounded(op, s, d, k):
+    """Issue #29 for TOPI's spellings through the bridge's import: the adjoint's iterations over
+    max(the forward's, the gradient's size) stay <= 4 (tests/unit/test_strided_work.py)."""
+    X = tte.placeholder((2, 8, 12, 12), F, name="X")
+    p = d * (k - 1) // 2
+    if op == "conv2d":
+        W = tte.placeholder((8, 8, k, k), F, name="W")
+        out, ins = topi.nn.conv2d_nchw(X, W, s, p, d), [X, W]
+    else:
+        out, ins = topi.nn.pool2d(X, (k, k), (s, s), (d, d), (p, p, p, p), op[5:]), [X]
+    res = from_tvm([out])
+    y, xs = res[0], [res.tensor(x) for x in ins]
+    head = ta.te.placeholder(y.shape, y.dtype, name="H")
+    grads = [g for g in ta.grad(y, xs, head=head) if g is not None]
+    ratio = ta.work(grads) / max(ta.work([y]), sum(int(np.prod(_shape(x))) for x in ins))
+    print(f"topi {op} stride {s} dilation {d} kernel {k}: work ratio {ratio:.2f}")
+    assert ratio <= 4.0, f"topi {op} stride {s} dilation {d} kernel {k}: {ratio:.2f}x"

@@ -81,11 +81,12 @@ def axis_points(axes, env):
 
 
 def check(indices, unknowns, constraints=(), params=None, targets=None, label="", pad=2,
-          max_points=None):
-    """Compare `invert` with enumeration; returns the Inversion and the max points per target."""
+          max_points=None, gate=False, exact=False):
+    """Compare `invert` with enumeration; returns the Inversion and the max points per target.
+    `exact`: every point the new axes visit is a solution (no condition filters any out)."""
     params = dict(params or {})
     tg = targets or [Var(f"j{d}") for d in range(len(indices))]
-    res = invert(indices, unknowns, tg, constraints)
+    res = invert(indices, unknowns, tg, constraints, gate=gate)
     assert res is not None, label
     pre = defaultdict(list)
     for env in box_points(unknowns, params):
@@ -108,6 +109,8 @@ def check(indices, unknowns, constraints=(), params=None, targets=None, label=""
             if all(ev(c, aenv) for c in res.conditions):
                 got.append(tuple(ev(res.subst[u], aenv) for u in unknowns))
         most = max(most, visited)
+        assert not exact or visited == len(got), f"{label}: target {jt}: {visited} points visited " \
+            f"for {len(got)} solutions\n{describe(res)}"
         assert sorted(got) == sorted(pre.get(jt, [])), (
             f"{label}: target {jt}: solver {sorted(got)} != brute force {sorted(pre.get(jt, []))}\n"
             f"{describe(res)}")
@@ -294,6 +297,20 @@ def test_divisibility_condition_when_unavoidable():
     h, kh = ax("h", 6), ax("kh", 3, kind="reduce")
     res, _ = check([h * 2 + kh * 2 - 1], [h, kh], label="s=d=2")
     assert any("% 2 == 0" in str(c) for c in res.conditions)
+
+
+@pytest.mark.parametrize("s,d,K,p", [(2, 2, 3, 1), (3, 3, 2, 0), (3, 1, 1, 0), (2, 6, 2, 1),
+                                     (4, 2, 3, 1), (2, 1, 3, 1)])
+def test_gate_makes_the_domain_exact(s, d, K, p):
+    """gate=True (issue #29): the conditions on the targets alone (gcd(s, d) | j + p; a 1x1
+    window's s | j) become the first new axis' extent, so a target no point reaches visits
+    nothing, even over an axis the index does not use (output channels f)."""
+    h, f, kh = ax("h", 6), ax("f", 4, kind="reduce"), ax("kh", K, kind="reduce")
+    res, _ = check([h * s + kh * d - p], [h, f, kh], gate=True, exact=True,
+                   label=f"gated conv s={s} d={d} K={K} p={p}")
+    assert not res.conditions
+    if math.gcd(s, d) > 1 or K == 1:
+        assert "% " in str(res.new_axes[0].extent)  # select(divisible, extent, 0)
 
 
 def _solve_str() -> str:

@@ -175,7 +175,7 @@ class _Builder:
     def _gather(self, t: Term, psub: dict[IterVar, IterVar], j: Sequence[IterVar], dtype: str) -> Expr | None:
         index = tuple(simplify(substitute(i, psub)) for i in t.index)
         guards = tuple(simplify(substitute(g, psub)) for g in t.guards if not _is_true(g))
-        inv = invert(index, t.unknowns, tuple(j), guards)
+        inv = invert(index, t.unknowns, tuple(j), guards, gate=True)
         if inv is None:
             return None
         value = simplify(substitute(substitute(t.value, psub), inv.subst)).astype(dtype)

@@ -27,6 +27,7 @@ Steps, each exact over the integers:
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -402,7 +403,7 @@ class _Chain:
 
 
 def invert(indices: Sequence[Expr], unknowns: Sequence[IterVar], targets: Sequence[Expr],
-           constraints: Sequence[Expr] = ()) -> Inversion | None:
+           constraints: Sequence[Expr] = (), gate: bool = False) -> Inversion | None:
     """Solve `indices[d](unknowns) == targets[d]` for all d over the unknowns' domains.
 
     `constraints` are extra bool conditions on the unknowns (select guards,
@@ -410,6 +411,11 @@ def invert(indices: Sequence[Expr], unknowns: Sequence[IterVar], targets: Sequen
     `conditions`.  Returns None when an index is not affine in the unknowns
     after div/mod elimination (data-dependent reads, products of unknowns, ...),
     so the caller emits a scatter.
+
+    `gate=True` makes the new axes' domain exact: the conditions on the targets alone (the
+    divisibility `(j + p) % g == 0` of a window with g = gcd(stride, dilation) > 1, a 1x1
+    window's `j % s == 0`) become the first new axis' extent `select(cond, ext, 0)`, so a
+    target no point reaches iterates nothing, instead of every tap under a `where=`.
     """
     if len(indices) != len(targets):
         raise ValueError(f"invert: {len(indices)} indices but {len(targets)} targets; "
@@ -424,10 +430,10 @@ def invert(indices: Sequence[Expr], unknowns: Sequence[IterVar], targets: Sequen
     for c in constraints:
         s.add_constraint(as_expr(c))  # also accepts the EqualOp of `a == b`
     s.solve_equalities()
-    return _build(s, unknowns)
+    return _build(s, unknowns, gate)
 
 
-def _build(s: _System, unknowns: Sequence[IterVar]) -> Inversion:
+def _build(s: _System, unknowns: Sequence[IterVar], gate: bool = False) -> Inversion:
     free = sorted((v for v in range(len(s.names)) if v not in s.defs), key=lambda v: (s.rank[v], v))
     ineqs: list[tuple[Aff, bool]] = [(a, True) for a in s.ineqs]
     for v in free:
@@ -475,6 +481,10 @@ def _build(s: _System, unknowns: Sequence[IterVar]) -> Inversion:
         ext = simplify(hi - lo + 1)
         if not _nonneg(ext):
             ext = simplify(Call(Op.MAX, (ext, const(0)), dt.INDEX))
+        held = _prune_conditions(conds) if gate and not axes else ()  # all on the targets so far
+        if held:  # targets no point reaches get an empty loop, not a where= tested at every tap
+            gate_cond = functools.reduce(lambda a, b: binary(Op.AND, a, b), held)
+            ext, conds = Call(Op.SELECT, (gate_cond, ext, const(0)), dt.INDEX), []
         ax = IterVar(natural.get(t, s.names[t]), lo, ext, "reduce")
         varmap[t] = ax
         axes.append(ax)

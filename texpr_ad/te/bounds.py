@@ -227,8 +227,9 @@ def guarded_reads(e: Expr, known: Sequence[Expr] = ()) -> Iterator[tuple[Read, t
                 stack += [(c, fs), (a, fs + tuple(facts(c))), (b, fs + tuple(facts(c, False)))]
             case Call(op=Op.AND | Op.OR, args=(a, b)):
                 stack += [(a, fs), (b, fs + tuple(facts(a, x.op is Op.AND)))]
-            case Reduce():
-                inner = fs + tuple(facts(x.condition))
+            case Reduce():  # a gated axis (extent `select(c, E, 0)`) runs only where c holds
+                inner = fs + tuple(facts(x.condition)) + tuple(
+                    f for ax in x.axis if _gated(ax.extent) for f in facts(ax.extent.args[0]))  # type: ignore[attr-defined]
                 stack += [(s, inner) for s in x.source] + [(i, fs) for i in x.init]
                 stack.append((x.condition, fs))
                 stack += [(b, fs) for ax in x.axis for b in (ax.lo, ax.extent)]
@@ -258,8 +259,16 @@ def _or(a: Verdict, b: Verdict) -> Verdict:
     return Verdict.RUNTIME if Verdict.RUNTIME in (a, b) else Verdict.UNSAFE
 
 
+def _gated(n: Expr) -> bool:
+    """An extent `select(c, E, 0)`: the loop is empty where c fails (deriv.solver's gate)."""
+    return (isinstance(n, Call) and n.op is Op.SELECT and isinstance(n.args[2], Const)
+            and n.args[2].value == 0 and dt.is_int(n.dtype))
+
+
 def _live_extent(n: Expr) -> Expr:
-    """`max(E, 0)` is E wherever the loop runs (an empty loop reads nothing)."""
+    """`max(E, 0)` and `select(c, E, 0)` are E wherever the loop runs (an empty loop reads nothing)."""
+    while _gated(n):
+        n = n.args[1]  # type: ignore[attr-defined]
     while isinstance(n, Call) and n.op is Op.MAX:
         a, b = n.args
         if isinstance(b, Const) and b.value == 0:

@@ -54,4 +54,8 @@ def interval(e: Expr) -> Interval:
             return (max(los) if los else None, None if ah is None or bh is None else max(ah, bh))
         case Call(op=Op.CAST, args=(a,)):
             return interval(a)
+        case Call(op=Op.SELECT, args=(_, a, b)):  # either branch
+            (al, ah), (bl, bh) = interval(a), interval(b)
+            return (None if al is None or bl is None else min(al, bl),
+                    None if ah is None or bh is None else max(ah, bh))
     return (None, None)
