@@ -20,7 +20,7 @@ BUDGET = {
     "ops": 2700,
     "schedule": 3300,
     "kernels": 3450,
-    "relax_bridge": 3090,
+    "relax_bridge": 3149,
     "report": 1450,
     "testing": 500,
 }

@@ -16,7 +16,7 @@ tvm = pytest.importorskip("tvm")
 from tvm import relax  # noqa: E402
 
 from texpr_ad import TexprError  # noqa: E402
-from texpr_ad.relax_bridge import register_missing_gradients  # noqa: E402
+from texpr_ad.relax_bridge import register_missing_gradients, static_strided_slices  # noqa: E402
 from texpr_ad.relax_bridge.relax_opcheck import check, compare_with_stock, \
     gradient_installed  # noqa: E402
 from texpr_ad.relax_bridge.relax_ops import classify, derived_gradient, tensor_ops  # noqa: E402
@@ -31,7 +31,9 @@ NO_GRAD = ["relax.argmax", "relax.bitwise_and", "relax.isnan", "relax.quantize",
 
 @pytest.fixture(scope="module", autouse=True)
 def registered() -> None:
-    register_missing_gradients(DERIVED + NO_GRAD)
+    s = register_missing_gradients(DERIVED + NO_GRAD + ["relax.dynamic_strided_slice"])
+    assert s.rewritten == ["relax.dynamic_strided_slice"]  # and the op it becomes:
+    assert "relax.strided_slice" in s.registered
 
 
 def test_inventory_of_tvm_027() -> None:
@@ -43,12 +45,92 @@ def test_inventory_of_tvm_027() -> None:
     # 87 pure-te float ops (the notes' 85 + 2 counted from the samples' dtypes) + 13 with
     # texpr_ad's own te (own_te.py; cumsum, the 14th, has a hand-written gradient); 18 no-grad
     # by output dtype + 10 declared (indices, counts, selections); 52 hand-written, as the notes
-    # say; left: the 4 collectives and dynamic_strided_slice (see the test below)
-    assert counts == {"stock": 52, "derivable": 100, "no-grad": 28, "native": 2,
-                      "not-derivable": 5}, counts
+    # say; dynamic_strided_slice rewritten by static_strided_slices; left: the 4 collectives
+    assert counts == {"stock": 52, "derivable": 100, "no-grad": 28, "native": 2, "rewritten": 1,
+                      "not-derivable": 4}, counts
     assert "relax.nn.attention_var_len" in kinds["derivable"]
     assert "relax.sort" in kinds["derivable"] and "relax.argmax" in kinds["no-grad"]
-    assert "relax.ccl.allreduce" in kinds["not-derivable"]
+    assert kinds["rewritten"] == ["relax.dynamic_strided_slice"]
+    assert all(op.startswith("relax.ccl.") for op in kinds["not-derivable"])
+
+
+def _slice_module(begin: object, end: object, strides: object, shape: tuple = (5, 6),
+                  reduce: object = None) -> tvm.IRModule:
+    """main(x[, begin]) -> dynamic_strided_slice(x, begin, end, strides) (or `reduce(bb, y)`);
+    list arguments are int64 constants (`end` bound to a variable), the string "param" makes
+    `begin` a parameter."""
+    x = relax.Var("x", relax.TensorType(shape, "float64"))
+    b = relax.Var("b", relax.TensorType((len(shape),), "int64")) if begin == "param" else None
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x] + ([b] if b is not None else [])):
+        with bb.dataflow():
+            const = lambda v: relax.const(np.array(v, "int64"), "int64")  # noqa: E731
+            e = bb.emit(const(end))
+            y = bb.emit(relax.op.dynamic_strided_slice(
+                x, b if b is not None else const(begin), e, const(strides)))
+            out = bb.emit_output(reduce(bb, y) if reduce else y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _ops(mod: tvm.IRModule) -> list[str]:
+    return [str(bd.value.op.name) for blk in mod["main"].body.blocks for bd in blk.bindings
+            if isinstance(bd.value, relax.Call) and isinstance(bd.value.op, tvm.ir.Op)]
+
+
+SLICES = [([1, 0], [5, 6], [2, 3]), ([-1, 0], [-6, 6], [-1, 1]), ([4, -1], [0, -7], [-2, -1]),
+          ([-100, 2], [100, 100], [1, 2]), ([10, 5], [-10, -10], [-1, -2]),
+          ([0, 0], [5, 6], [7, 7]), ([4, 5], [-6, -100], [-3, -4]), ([6, 6], [0, 0], [-1, -1]),
+          ([2, 0], [2, 6], [1, 1]), ([-7, 7], [-9, 9], [1, -1]),
+          ([0, -3], [2**63 - 1] * 2, [1, 1]), ([-1, 2**63 - 1], [-2**63 + 1, -2**63], [-1, -2])]
+# (the last two: ONNX's int64 extremes for "to the end" and "to the start")
+PAST_END = [([2, 3], [2, 1], [1, 1]), ([0, 0], [5, 6], [1, -1])]  # empty: begin past end
+
+
+@pytest.mark.parametrize("begin, end, strides", SLICES + PAST_END)
+def test_static_strided_slices_computes_tvms_dynamic_slice(begin, end, strides) -> None:
+    """Same values as TVM's own dynamic_strided_slice (and NumPy's slicing), with the shape in
+    the type.  An axis that is empty with begin past end becomes 0:0: TVM 0.27's dynamic op
+    computes a negative size there (its strided_slice refuses the slice as written)."""
+    mod = _slice_module(begin, end, strides)
+    static = static_strided_slices(mod)
+    assert _ops(mod) == ["relax.dynamic_strided_slice"] and _ops(static) == ["relax.strided_slice"]
+    xv = np.arange(30.0).reshape(5, 6)
+    want = xv[tuple(slice(*s) for s in zip(begin, end, strides, strict=True))]
+    assert tuple(int(d) for d in static["main"].body.body.ty.shape) == want.shape
+
+    def run(m: tvm.IRModule) -> np.ndarray:
+        vm = relax.VirtualMachine(tvm.compile(m, target="llvm"), tvm.cpu())
+        return vm["main"](tvm.runtime.tensor(xv)).numpy()
+
+    got = run(static)
+    assert got.shape == want.shape and np.array_equal(got, want)
+    if (begin, end, strides) not in PAST_END:
+        assert np.array_equal(run(mod), got)
+
+
+def test_static_strided_slices_with_a_symbolic_dim() -> None:
+    """x: (n, 6): one compiled rewritten module computes the dynamic slice for every n."""
+    n = tvm.tirx.Var("n", "int64")
+    mod = _slice_module([-1, 1], [-100, 6], [-2, 2], shape=(n, 6))
+    static = static_strided_slices(mod)
+    assert _ops(static) == ["relax.strided_slice"]
+    assert static["main"].body.body.ty.shape is not None  # (min(100, n + 1) // 2, 3)
+    vms = [relax.VirtualMachine(tvm.compile(m, target="llvm"), tvm.cpu()) for m in (mod, static)]
+    for rows in (1, 4, 7):
+        xv = np.arange(rows * 6.0).reshape(rows, 6)
+        dyn, got = (vm["main"](tvm.runtime.tensor(xv)).numpy() for vm in vms)
+        assert np.array_equal(got, xv[::-2, 1::2]) and np.array_equal(dyn, got)
+
+
+@pytest.mark.parametrize("key", ["relax.dynamic_strided_slice",
+                                 "relax.dynamic_strided_slice[negative, clamped]"])
+def test_constant_dynamic_slice_through_the_pass(key: str) -> None:
+    """sample (constant begin/end/strides) -> static_strided_slices -> Gradient -> compile -> VM,
+    against central differences (strided_slice's derived gradient, registered by the fixture)."""
+    assert classify("relax.dynamic_strided_slice").kind == "rewritten"
+    r = check(key)
+    assert r.status == "ok", r.detail
 
 
 @pytest.mark.parametrize("reduce, error", [
@@ -56,28 +138,15 @@ def test_inventory_of_tvm_027() -> None:
     (lambda bb, y: relax.op.mean(y), "'NoneType' object is not iterable"),
     (lambda bb, y: relax.op.sum(bb.match_cast(y, relax.TensorType((2, 2), "float64"))),
      "Check failed: (var_binding) is false")])
-def test_dynamic_strided_slice_is_never_asked_for_its_gradient(reduce, error) -> None:
-    """Why dynamic_strided_slice stays unhandled: its output has no shape even for constant
-    begin/end/strides, and the pass aborts in the gradient after it (or at the match_cast)
-    before it asks for one; the matrix's reason quotes each abort."""
-    c = classify("relax.dynamic_strided_slice")
-    assert c.kind == "not-derivable" and error in c.reason
-    x = relax.Var("x", relax.TensorType((5, 6), "float64"))
-    bb = relax.BlockBuilder()
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            y = bb.emit(relax.op.dynamic_strided_slice(x, *(relax.const(v, "int64") for v in (
-                [1, 0], [5, 6], [2, 3]))))
-            out = bb.emit_output(reduce(bb, y))
-        bb.emit_func_output(out)
-    assert y.ty.shape is None and y.ty.ndim == 2
-    asked = []
-    with gradient_installed("relax.dynamic_strided_slice", lambda v, call, dy, ctx: asked.append(
-            call) or [relax.op.zeros_like(call.args[0])] + [
-            relax.op.grad.no_grad(a) for a in call.args[1:]]):
-        with pytest.raises(Exception, match=re.escape(error)):
-            relax.transform.Gradient("main")(bb.get())
-    assert not asked
+def test_runtime_dynamic_slice_stays_and_the_pass_aborts(reduce, error) -> None:
+    """begin computed at run time: static_strided_slices leaves the slice (its output shape
+    depends on data), and the pass aborts in the gradient after it, before it asks for this
+    op's, as the matrix's reason quotes (a match_cast aborts it wherever it stands)."""
+    assert error in classify("relax.dynamic_strided_slice").reason
+    mod = static_strided_slices(_slice_module("param", [5, 6], [2, 3], reduce=reduce))
+    assert "relax.dynamic_strided_slice" in _ops(mod)
+    with pytest.raises(Exception, match=re.escape(error)):
+        relax.transform.Gradient("main", require_grads=mod["main"].params[0])(mod)
 
 
 def test_summary() -> None:

@@ -7,7 +7,7 @@ Optional: imports `tvm` lazily; nothing else in texpr_ad imports this package.
     mod = relax.transform.Gradient("main")(bb.get())
     ex = tvm.compile(prepare_for_build(mod), target="llvm")
 """
-from .api import call_te_with_auto_grad, prepare_for_build
+from .api import call_te_with_auto_grad, prepare_for_build, static_strided_slices
 from .check import check_op
 from .from_tvm import FromTVM, from_tvm
 from .grad import BridgeError, register
@@ -18,5 +18,5 @@ from .to_tvm import TranslationError, build, prim_func, translate
 
 __all__ = ["BridgeError", "FromTVM", "Summary", "TranslationError", "build",
            "call_te_with_auto_grad", "check_op", "from_tvm", "prepare_for_build", "prim_func",
-           "register", "register_missing_gradients", "te_gradient", "TorchTrainError",
-           "TorchTrainer", "train_torch", "translate"]
+           "register", "register_missing_gradients", "static_strided_slices", "te_gradient",
+           "TorchTrainError", "TorchTrainer", "train_torch", "translate"]

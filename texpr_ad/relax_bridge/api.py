@@ -90,26 +90,74 @@ def prepare_for_build(mod: Any) -> Any:
     """
     import tvm
     from tvm import relax
+    with_grad = tvm.ir.Op.get("relax.call_tir_with_grad")
+
+    def lower(call: Any, lookup: Callable[[Any], Any]) -> Any:
+        if not call.op.same_as(with_grad):
+            return call
+        ty = call.ty_args[0]
+        return relax.call_tir(call.args[0], call.args[1],
+                              list(ty.fields) if isinstance(ty, relax.TupleType) else ty)
+
+    return _rewrite_calls(mod, "prepare_for_build takes the IRModule relax.transform.Gradient "
+                          "returned", lower)
+
+
+def static_strided_slices(mod: Any) -> Any:
+    """`mod` with every `dynamic_strided_slice` whose begin/end/strides are constants replaced by
+    the equivalent `strided_slice`; call it before `relax.transform.Gradient`.
+
+    TVM 0.27 types `dynamic_strided_slice` as `R.Tensor(ndim=n)` without a shape even for
+    constant arguments (as importers emit it), and `Gradient` then aborts in the gradient of the
+    op after it.  `strided_slice` gets the static shape, wraps negative indices and clamps as
+    the dynamic op does (tested against it, negative strides included), and its gradient is
+    derived (`register_missing_gradients`).  An axis the slice leaves empty becomes 0:0 (TVM
+    0.27 mis-sizes such a dynamic slice when begin is past end, and its strided_slice refuses
+    it).  Slices with begin/end/strides computed at run time stay (their output shape depends
+    on data; the pass cannot differentiate past them), as do a zero stride and an input without
+    a shape.  Constants bound to variables are followed.
+    """
+    import tvm
+    from tvm import relax
+    dyn = tvm.ir.Op.get("relax.dynamic_strided_slice")
+
+    def static(call: Any, lookup: Callable[[Any], Any]) -> Any:
+        if not call.op.same_as(dyn):
+            return call
+        dims = getattr(call.args[0].ty.shape, "values", None)  # None: no shape, or a shape var
+        bound = [lookup(a) if isinstance(a, relax.Var) else None for a in call.args[1:]]
+        args = [a if b is None else b for a, b in zip(call.args[1:], bound, strict=True)]
+        if dims is None or not all(isinstance(a, tvm.ir.GenericConst) for a in args):
+            return call
+        begin, end, strides = ([int(v) for v in a.value.numpy().reshape(-1)] for a in args)
+        if 0 in strides:
+            return call
+        for k, n in enumerate(dims):
+            if isinstance(n, tvm.tirx.IntImm) and not range(n.value)[begin[k]:end[k]:strides[k]]:
+                begin[k], end[k], strides[k] = 0, 0, 1
+        return relax.op.strided_slice(call.args[0], list(range(len(begin))), begin, end, strides)
+
+    return _rewrite_calls(mod, "static_strided_slices takes an IRModule", static)
+
+
+def _rewrite_calls(mod: Any, what: str, rewrite: Callable[[Any, Callable[[Any], Any]], Any]) -> Any:
+    """`mod` with `rewrite(call, lookup_binding)` applied bottom-up to every Relax call of every
+    Relax function (`rewrite` returns `call` to keep it)."""
+    import tvm
+    from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
     from .args import BridgeArgumentError
     if not isinstance(mod, tvm.IRModule):
-        raise BridgeArgumentError(f"prepare_for_build takes the IRModule relax.transform.Gradient "
-                                  f"returned, got {type(mod).__name__}")
-
-    with_grad = tvm.ir.Op.get("relax.call_tir_with_grad")
+        raise BridgeArgumentError(f"{what}, got {type(mod).__name__}")
 
     @mutator
-    class _Lower(PyExprMutator):
+    class _Rewrite(PyExprMutator):
         def visit_call_(self, call: Any) -> Any:
             call = super().visit_call_(call)
-            if isinstance(call, relax.Call) and call.op.same_as(with_grad):
-                ty = call.ty_args[0]
-                out_ty = list(ty.fields) if isinstance(ty, relax.TupleType) else ty
-                return relax.call_tir(call.args[0], call.args[1], out_ty)
-            return call
+            return rewrite(call, self.lookup_binding) if isinstance(call, relax.Call) else call
 
     out = mod.clone()
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
-            out.update_func(gv, _Lower(mod).visit_expr(func))
+            out.update_func(gv, _Rewrite(mod).visit_expr(func))
     return out

@@ -7,7 +7,8 @@ For a tensor op with a sample (`relax_samples.SAMPLES`), `check(op)` builds
 (`z` is a scalar so that every function has something to differentiate; integer and bool
 outputs enter through `astype`, so the pass must get through their gradient), runs
 `relax.transform.Gradient(require_grads=<float params TVM does not declare
-non-differentiable> + [z])` with whatever `FPrimalGradient`s are registered, compiles, and
+non-differentiable> + [z])` after `static_strided_slices` (as users call it) with whatever
+`FPrimalGradient`s are registered, compiles, and
 compares `<grad, t>` with central differences of `main` itself along a random direction `t`
 per parameter (scale-free: |<g, t> - fd| / (|g| |t|)).  The forward is TVM's own
 legalization, so no NumPy reference is needed.  float64 unless the sample says float32.
@@ -67,7 +68,7 @@ def loss_module(key: str) -> tuple[Any, list[int]]:
     bb = relax.BlockBuilder()
     z = relax.Var("z", relax.TensorType((), "float64"))
     call = bb.normalize(s.build(*params))
-    ty = call.ty
+    ty = _output_type(s, params)
     out_tys = list(ty.fields) if isinstance(ty, relax.TupleType) else [ty]
     heads = [relax.Var(f"head{k}", relax.TensorType(t.shape, "float64"))
              for k, t in enumerate(out_tys)]
@@ -87,6 +88,16 @@ def loss_module(key: str) -> tuple[Any, list[int]]:
     return bb.get(), wrt
 
 
+def _output_type(s: Sample, params: list[Any]) -> Any:
+    """The sample call's type after `static_strided_slices` (constant slices get a shape)."""
+    from tvm import relax
+    from .api import static_strided_slices
+    bb = relax.BlockBuilder()
+    with bb.function("f", params):
+        bb.emit_func_output(s.build(*params))
+    return static_strided_slices(bb.get())["f"].body.body.ty
+
+
 def check(op: str, seed: int = SEED, directions: int = 2) -> OpCheck:
     """The sample `op` (an op name or "op[variant]") through the pass with the registered
     gradients (see the module doc)."""
@@ -104,7 +115,7 @@ def check(op: str, seed: int = SEED, directions: int = 2) -> OpCheck:
 def _check(op: str, seed: int, directions: int, t0: float) -> OpCheck:
     import tvm
     from tvm import relax
-    from .api import prepare_for_build
+    from .api import prepare_for_build, static_strided_slices
     s = sample(op)
     rng = np.random.default_rng(seed)
     mod, wrt = loss_module(op)
@@ -121,7 +132,8 @@ def _check(op: str, seed: int, directions: int, t0: float) -> OpCheck:
              for p in params[len(s.args):len(s.args) + n_heads]]
     args = [*arrays, *heads, np.asarray(0.5)]
     wrt_all = [*wrt, len(params) - 1]
-    mod = relax.transform.Gradient("main", require_grads=[params[k] for k in wrt_all])(mod)
+    mod = relax.transform.Gradient("main", require_grads=[params[k] for k in wrt_all])(
+        static_strided_slices(mod))  # as users do: constant dynamic slices get a shape
     ex = tvm.compile(prepare_for_build(mod), target="llvm")
     vm = relax.VirtualMachine(ex, tvm.cpu())
 

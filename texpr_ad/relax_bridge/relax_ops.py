@@ -27,7 +27,7 @@ from .args import as_list
 from .grad import BridgeError, derive, emit_gradient, keep_error_classes
 from .relax_capture import NotDerivable, capture
 from .relax_samples import INFRASTRUCTURE, INFRASTRUCTURE_PREFIXES, NO_GRAD_ARGS, NO_SAMPLE, \
-    NOT_TE, PASS_NATIVE, SAMPLES, Sample
+    PASS_NATIVE, REWRITTEN, SAMPLES, Sample
 
 LEVEL_MISSING = 10   # TVM registers its hand-written gradients at level 10, once per op
 LEVEL_OVERRIDE = 20  # a higher level replaces an existing attribute
@@ -83,7 +83,8 @@ def sample_call(op: str) -> tuple[list[Any], Any]:
 @dataclass(frozen=True)
 class OpClass:
     """How a Relax tensor op stands: kind is "stock", "derivable", "no-grad", "native" (the
-    pass handles it) or "not-derivable"; `reason` says why."""
+    pass handles it), "rewritten" (`static_strided_slices` replaces it by an op with a
+    gradient) or "not-derivable"; `reason` says why."""
 
     op: str
     kind: str
@@ -100,8 +101,8 @@ def classify(op: str) -> OpClass:
         return OpClass(op, "stock" if stock else "derivable", stock, own_te.REASON)
     if op in own_te.NO_GRAD:
         return OpClass(op, "stock" if stock else "no-grad", stock, own_te.NO_GRAD[op])
-    if op in NOT_TE:
-        return OpClass(op, "stock" if stock else "not-derivable", stock, NOT_TE[op])
+    if op in REWRITTEN:
+        return OpClass(op, "stock" if stock else "rewritten", stock, REWRITTEN[op][1])
     if op in NO_GRAD_OPS:
         return OpClass(op, "stock" if stock else "no-grad", stock, "gradient marker")
     if op not in SAMPLES:
@@ -234,10 +235,12 @@ class Summary:
     no_grad: list[str] = field(default_factory=list)     # no-grad FPrimalGradient
     skipped: dict[str, str] = field(default_factory=dict)  # op -> why not
     kept: list[str] = field(default_factory=list)        # hand-written gradient left in place
+    rewritten: list[str] = field(default_factory=list)   # for static_strided_slices' target op
 
     def __str__(self) -> str:
         lines = [f"registered {len(self.registered)} derived gradients, {len(self.no_grad)} "
-                 f"no-grad; kept {len(self.kept)} hand-written; skipped {len(self.skipped)}:"]
+                 f"no-grad; kept {len(self.kept)} hand-written; {len(self.rewritten)} rewritten "
+                 f"by static_strided_slices; skipped {len(self.skipped)}:"]
         lines += [f"  {op}: {why}" for op, why in sorted(self.skipped.items())]
         return "\n".join(lines)
 
@@ -249,7 +252,8 @@ def register_missing_gradients(ops: str | Iterable[str] | None = None,
 
     Ops whose legalization is pure te, or that texpr_ad defines itself (`own_te`), get a derived
     gradient (and the ops TVM 0.27 cannot compile a legalization from the same te);
-    integer/bool-output ops, `relax.grad.no_grad` and `own_te.NO_GRAD` get a no-grad one; the
+    integer/bool-output ops, `relax.grad.no_grad` and `own_te.NO_GRAD` get a no-grad one; an op
+    `static_strided_slices` rewrites brings in the op it becomes; the
     others are left alone and listed with the reason.  `override=True` also replaces
     the hand-written gradients (at a higher level).  Calling it again is harmless.
     """
@@ -258,6 +262,7 @@ def register_missing_gradients(ops: str | Iterable[str] | None = None,
     names = tensor_ops() if ops is None else as_list(
         ops, "register_missing_gradients(ops=)", lambda v: isinstance(v, str),
         "Relax op names like 'relax.nn.gelu'")
+    names = list(dict.fromkeys([*names, *(REWRITTEN[n][0] for n in names if n in REWRITTEN)]))
     known = set(relax_op_names())
     summary = Summary()
     for op in names:
@@ -272,6 +277,9 @@ def register_missing_gradients(ops: str | Iterable[str] | None = None,
                 continue
             kind = _kind_without_stock(c)
         fn = {"derivable": derived_gradient, "no-grad": no_grad_gradient}.get(kind)
+        if kind == "rewritten":  # the op it becomes is among `names`
+            summary.rewritten.append(op)
+            continue
         if fn is None:
             summary.skipped[op] = c.reason
             continue

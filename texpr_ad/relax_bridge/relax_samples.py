@@ -78,6 +78,12 @@ def _op(path: str) -> Callable[..., Any]:
     return call
 
 
+def _dyn_slice(begin: list[int], end: list[int], strides: list[int]) -> Sample:
+    """dynamic_strided_slice of a (5, 6) input with constant (int64) begin, end and strides."""
+    return Sample(lambda x: _op("dynamic_strided_slice")(x, *(_r().const(v, "int64") for v in (
+        begin, end, strides))), (f(5, 6),))
+
+
 def _s(path: str, *args: Arg, **kw: Any) -> Sample:
     """A sample that calls `relax.op.<path>(*params)` (keyword attrs in `attrs=`)."""
     attrs = kw.pop("attrs", {})
@@ -161,9 +167,7 @@ def _samples() -> dict[str, Sample]:
         "relax.take": _s("take", f(4, 5), i(3, hi=5), attrs={"axis": 1}),
         "relax.strided_slice": _s("strided_slice", f(5, 6), attrs={
             "axes": [0, 1], "begin": [1, 0], "end": [5, 6], "strides": [2, 3]}),
-        "relax.dynamic_strided_slice": Sample(lambda x: _op("dynamic_strided_slice")(
-            x, _r().const([1, 0], "int64"), _r().const([5, 6], "int64"),
-            _r().const([2, 3], "int64")), (f(5, 6),)),
+        "relax.dynamic_strided_slice": _dyn_slice([1, 0], [5, 6], [2, 3]),
         "relax.gather_elements": _s("gather_elements", f(3, 4), i(3, 2, hi=4), attrs={"axis": 1}),
         "relax.gather_nd": _s("gather_nd", f(3, 4), i(2, 2, hi=3)),
         "relax.index_tensor": Sample(lambda x, k: _op("index_tensor")(x, _r().Tuple([k])),
@@ -312,6 +316,7 @@ VARIANTS: dict[str, Sample] = {
     "relax.take[3-d, last axis]": _s("take", f(2, 4, 5), i(2, 3, hi=5), attrs={"axis": 2}),
     "relax.nn.conv2d[dilated]": _s("nn.conv2d", f(1, 2, 7, 7), f(3, 2, 3, 3), attrs={
         "strides": 2, "padding": 1, "dilation": 2}),
+    "relax.dynamic_strided_slice[negative, clamped]": _dyn_slice([4, 10], [-100, 0], [-2, -1]),
     "relax.nn.max_pool2d[dilated]": _s("nn.max_pool2d", f(1, 2, 7, 7), attrs={
         "pool_size": 3, "strides": 2, "padding": 1, "dilation": 2}),
     "relax.nn.avg_pool2d[dilated]": _s("nn.avg_pool2d", f(1, 2, 7, 7), attrs={
@@ -386,14 +391,16 @@ NO_SAMPLE: dict[str, str] = {
                     "differentiate past it (sum's gradient needs the shape, MatchCast aborts)",
 }
 
-# Ops classified not derivable before their legalization is looked at, and why.
-NOT_TE: dict[str, str] = {
-    "relax.dynamic_strided_slice": (
-        "output R.Tensor(ndim=n) has no shape, even for constant begin/end/strides: TVM 0.27's "
-        "Gradient pass aborts before it asks for this op's gradient, in the reduction's after it "
-        "(sum: broadcast_to(dy, None) -> 'Found null pointer node while traversing AST'; mean: "
-        "\"'NoneType' object is not iterable\"), or at a match_cast to a known shape "
-        "('Check failed: (var_binding) is false', gradient.cc's CheckpointCollector)"),
+# Ops that `api.static_strided_slices(mod)`, called before Gradient, rewrites to another op
+# (whose gradient then applies), and why.
+REWRITTEN: dict[str, tuple[str, str]] = {
+    "relax.dynamic_strided_slice": ("relax.strided_slice", (
+        "static_strided_slices(mod), called before Gradient, rewrites it to strided_slice "
+        "(static shape, derived gradient) when begin/end/strides are constants; computed at run "
+        "time they stay, and their output R.Tensor(ndim=n) has no shape: TVM 0.27's Gradient "
+        "aborts in the gradient of the op after it (sum: 'Found null pointer node while "
+        "traversing AST'; mean: \"'NoneType' object is not iterable\"); a match_cast to a shape "
+        "aborts it wherever it stands ('Check failed: (var_binding) is false')")),
 }
 
 # -- TVM's gradient conventions, kept when a derived gradient replaces or joins them ----------
@@ -437,4 +444,4 @@ KINK_CONVENTIONS: dict[str, str] = {
 
 __all__ = ["Arg", "F", "INFRASTRUCTURE", "INFRASTRUCTURE_PREFIXES", "KINK_CONVENTIONS",
            "NO_GRAD_ARGS", "NO_SAMPLE", "PASS_NATIVE", "SAMPLES", "Sample", "TVM_DEFECTS",
-           "ZERO_GRADIENT", "NOT_TE", "VARIANTS", "op_of", "sample"]
+           "ZERO_GRADIENT", "REWRITTEN", "VARIANTS", "op_of", "sample"]

@@ -13,7 +13,8 @@
 statistics are computed in the graph and fed back each step.  It runs PyTorch's decompositions
 (TVM 0.27's importer miscomputes `aten.batch_norm` and `aten.cross_entropy_loss` as they are, and
 returns zeros for a functional batch norm's new statistics), imports the program with
-`from_exported_program`, registers the gradients TVM lacks (`register_missing_gradients`),
+`from_exported_program`, gives constant dynamic slices a shape (`static_strided_slices`),
+registers the gradients TVM lacks (`register_missing_gradients`),
 differentiates it with `relax.transform.Gradient`, and compiles it together with the step of TVM's
 own optimizer (`relax.training.optimizer`: SGD, MomentumSGD, Adam) that matches the given
 `torch.optim` optimizer.  Before returning, the imported forward (loss and new buffers) and the
@@ -151,7 +152,7 @@ class TorchTrainer:
         import tvm
         from tvm import relax
         from tvm.relax.frontend.torch import from_exported_program
-        from .api import prepare_for_build
+        from .api import prepare_for_build, static_strided_slices
         from .relax_ops import register_missing_gradients
         if not isinstance(model, torch.nn.Module):
             raise TorchTrainError(f"train_torch: model must be a torch.nn.Module, got "
@@ -172,8 +173,8 @@ class TorchTrainer:
             ep = ep.run_decompositions(_decompositions())
         self._ep = ep
         t0 = time.perf_counter()
-        mod = from_exported_program(ep, run_ep_decomposition=False,
-                                    no_bind_return_tuple=True)  # a tuple even for the loss alone
+        mod = static_strided_slices(from_exported_program(  # constant dynamic slices get shapes
+            ep, run_ep_decomposition=False, no_bind_return_tuple=True))  # a tuple even for the loss
         main = mod["main"]
         self.ops = Counter(str(b.value.op.name) for blk in main.body.blocks for b in blk.bindings
                            if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op))

@@ -3,8 +3,8 @@
 `run_relax_matrix()` (needs apache-tvm; imports `texpr_ad.relax_bridge` lazily):
 
 1. classifies every Relax tensor op (stock gradient / derivable from pure te or from texpr_ad's
-   own te (`relax_bridge/own_te.py`) / no-grad / handled by the pass / not derivable, with the
-   reason);
+   own te (`relax_bridge/own_te.py`) / no-grad / handled by the pass / rewritten before the pass
+   (`static_strided_slices`) / not derivable, with the reason);
 2. checks every op with a hand-written gradient (and the variants where TVM's were found
    wrong) through `Gradient` + `tvm.compile(llvm)` + VM against central differences, then the
    derived gradient installed in its place, and how far the two gradients differ;
@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 KINDS = {  # kind -> how the matrix says it
     "stock": "stock gradient", "derivable": "derived", "no-grad": "no-grad",
-    "native": "pass handles it", "not-derivable": "not derivable",
+    "native": "pass handles it", "rewritten": "rewritten", "not-derivable": "not derivable",
 }
 AGREE_TOL = 1e-6  # max relative difference for "agrees" (float64 samples)
 
@@ -69,6 +69,7 @@ def _counts(rows: list[RelaxRow]) -> dict[str, Any]:
     c["derived_failed"] = [r.op for r in derived if r.check != "ok"]
     nog = [r for r in plain if r.kind == "no-grad"]
     c["no_grad_ok"] = sum(r.check == "ok" for r in nog)
+    c["rewritten_ok"] = sum(r.check == "ok" for r in plain if r.kind == "rewritten")
     stock = [r for r in rows if r.kind == "stock"]
     c["stock_checked"] = sum(r.check != "-" for r in stock)
     c["stock_ok"] = sum(r.check == "ok" for r in stock)
@@ -115,9 +116,9 @@ def run_relax_matrix(ops: list[str] | None = None, compare: bool = True,
         r.seconds = time.perf_counter() - t
 
     ro.register_missing_gradients([op for op, c in classes.items()
-                                   if c.kind in ("derivable", "no-grad")])
+                                   if c.kind in ("derivable", "no-grad", "rewritten")])
     for r in testable:  # 3: the ops that had no gradient
-        if r.kind not in ("derivable", "no-grad", "native"):
+        if r.kind not in ("derivable", "no-grad", "native", "rewritten"):
             continue
         if progress:
             progress(r.op)
@@ -137,7 +138,7 @@ def _fig(status: str, err: float | None) -> str:
 
 def _cells(r: RelaxRow) -> list[str]:
     agree = "-" if r.agreement is None else f"{r.agreement:.1e}"
-    why = r.reason if r.kind in ("not-derivable", "native", "no-grad") else ""
+    why = r.reason if r.kind in ("not-derivable", "native", "no-grad", "rewritten") else ""
     return [r.op, KINDS[r.kind], _fig(r.check, r.error), _fig(r.derived, r.derived_error), agree,
             "; ".join(x for x in (why, r.detail, r.note) if x)]
 
@@ -152,6 +153,7 @@ def summary_lines(rep: RelaxReport) -> list[str]:
         f"TVM {rep.tvm_version}: {c['tensor_ops']} Relax tensor ops: {c['stock']} with a "
         f"hand-written gradient, {c['derivable']} derived ({c['derived_ok']} pass), "
         f"{c['no-grad']} no-grad ({c['no_grad_ok']} pass), {c['native']} handled by the pass, "
+        f"{c['rewritten']} rewritten before it ({c['rewritten_ok']} pass), "
         f"{c['not-derivable']} not derivable.",
         f"hand-written gradients (incl. variants): {c['stock_ok']}/{c['stock_checked']} pass; "
         f"derived in their place: {c['override_ok']} pass, {c['override_agree']} agree within "
