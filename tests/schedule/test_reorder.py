@@ -3,6 +3,7 @@ order.  Each decision is checked on the plan; each kernel against float64 NumPy.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import texpr_ad as ta
 from texpr_ad import te
@@ -24,7 +25,7 @@ def test_a_sum_written_channel_last_loops_channel_outermost():
     c, i, j = (te.reduce_axis((0, n), nm) for n, nm in ((16, "c"), (24, "i"), (40, "j")))
     s = te.compute((4,), lambda b: te.sum(x[b, c, i, j] * g[c], axis=[i, j, c]), name="s")
     plan = plan_kernel([s], [x, g])
-    assert _axes(plan, "s") == ["c", "i", "j"], str(plan)
+    assert _axes(plan, "s") == ["c", "i_j"], str(plan)  # i > j then run as one loop (below)
     assert "reordered: reduction loops c > i > j (written i > j > c)" in str(plan)
     assert plan.stage("s").cpu.lanes > 1, str(plan)  # unit stride innermost: SIMD lanes
     r = np.random.default_rng(7)
@@ -119,3 +120,71 @@ def test_a_causal_sum_over_a_small_table_accumulates_rows():
         for j in range(i + 1):
             want[:, i] += ps[:, i - j].astype(np.float64) * xs[:, j]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _sum_plan(shape, axes, index, where=None, extra=None):
+    x = te.placeholder(shape, "float32", name="x")
+    rs = [te.reduce_axis((0, n), nm) for n, nm in axes]
+    y = te.placeholder((shape[-1],), "float32", name="y")
+    s = te.compute((shape[1],), lambda c: te.sum(
+        x[index(c, *rs)] * (extra(y, *rs) if extra else 1.0), axis=rs,
+        where=where(*rs) if where else None), name="s")
+    return s, x, y
+
+
+def test_inner_reduce_axes_over_whole_input_dims_run_as_one_loop():
+    """Batch norm's sums over (n, h, w) of x[n, c, h, w]: h and w collapse into one unit-stride
+    loop over x.reshape(n, c, h * w) (56 x 56 rows of 56 ran in LLVM's scalar remainder); a
+    sum over all three trailing dims collapses twice, through a view of a view, while the
+    inner loop is shorter than SHORT_ROW."""
+    r = np.random.default_rng(10)
+    xs = r.standard_normal((3, 5, 14, 9)).astype("f4")
+    s, x, _ = _sum_plan((3, 5, 14, 9), ((3, "n"), (14, "h"), (9, "w")),
+                        lambda c, n, h, w: (n, c, h, w))
+    plan = plan_kernel([s], [x])
+    assert _axes(plan, "s") == ["n", "h_w"], str(plan)
+    (view, base), = plan.stage("s").cpu.views
+    assert base is x and [int(d.value) for d in view.shape] == [3, 5, 126]
+    assert "x_flat = x.reshape(3, 5, 126)" in str(plan)
+    (got,) = ta.build([s], [x])(xs)
+    np.testing.assert_allclose(got, xs.astype(np.float64).sum((0, 2, 3)), rtol=1e-5, atol=1e-5)
+    x3 = te.placeholder((3, 5, 4, 9), "float32", name="x")
+    c, h, w = (te.reduce_axis((0, n), nm) for n, nm in ((5, "c"), (4, "h"), (9, "w")))
+    t = te.compute((3,), lambda n: te.sum(x3[n, c, h, w], axis=[c, h, w]), name="t")
+    plan = plan_kernel([t], [x3])
+    assert _axes(plan, "t") == ["c_h_w"], str(plan)
+    (view, base), = plan.stage("t").cpu.views
+    assert base is x3 and [int(d.value) for d in view.shape] == [3, 180]
+    (got,) = ta.build([t], [x3])(xs[:, :, :4])
+    np.testing.assert_allclose(got, xs[:, :, :4].astype(np.float64).sum((1, 2, 3)), rtol=1e-5,
+                               atol=1e-5)
+    s, x, _ = _sum_plan((3, 5, 14, 64), ((3, "n"), (14, "h"), (64, "w")),
+                        lambda c, n, h, w: (n, c, h, w))
+    assert _axes(plan_kernel([s], [x]), "s") == ["n", "h", "w"]  # rows of 64 fill a vector loop
+
+
+@pytest.mark.parametrize("case", ["part of a dim", "axis read alone too", "condition",
+                                  "intermediate"])
+def test_inner_reduce_axes_stay_apart_unless_they_index_only_whole_input_dims(case):
+    shape, axes = (3, 5, 14, 9), ((3, "n"), (14, "h"), (9, "w"))
+    idx = lambda c, n, h, w: (n, c, h, w)  # noqa: E731
+    kw = {"part of a dim": dict(axes=((3, "n"), (7, "h"), (9, "w"))),
+          "axis read alone too": dict(extra=lambda y, n, h, w: y[w]),
+          "condition": dict(where=lambda n, h, w: h + w < 15)}.get(case, {})
+    s, x, y = _sum_plan(kw.get("shape", shape), kw.get("axes", axes), kw.get("index", idx),
+                        kw.get("where"), kw.get("extra"))
+    if case == "intermediate":  # a computed tensor has no view: only inputs are reshaped
+        x2 = te.placeholder(shape, "float32", name="x2")
+        e = te.compute(shape, lambda *i: te.exp(x2[i]) + x2[i[0], 0, 0, 0], name="e")
+        rs = [te.reduce_axis((0, n), nm) for n, nm in axes]
+        s = te.compute((5,), lambda c: te.sum(e[rs[0], c, rs[1], rs[2]], axis=rs), name="s")
+        x, y = x2, None
+    ins = [x] + ([y] if case == "axis read alone too" else [])
+    ov = {"e": {"inline": False}} if case == "intermediate" else None
+    plan = plan_kernel([s], ins, overrides=ov)
+    assert not plan.stage("s").cpu.views and len(_axes(plan, "s")) == 3, str(plan)
+    arrays = [np.random.default_rng(11).standard_normal([int(d.value) for d in t.shape]
+                                                        ).astype("f4") for t in ins]
+    (got,) = ta.build([s], ins, plan_overrides=ov)(*arrays)
+    (want,) = te.evaluate([s], dict(zip(ins, arrays)))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -88,11 +88,15 @@ class CPURender(_Render):
         self.loops_and_body(st, depth, serial)
 
     def allocate(self, depth: int, st: ComputeStage, axes: Sequence[IterVar]) -> None:
-        """`np.empty` for the stage's tensors (a workspace argument needs none)."""
+        """`np.empty` for the stage's tensors (a workspace argument needs none), and the views
+        of inputs it reads reshaped."""
         for t, b in zip(st.tensors, st.bodies, strict=True):
             if t is not None and id(t) not in self.ws:
                 self.emit(depth, f"{self.tensor(t)} = np.empty({self.shape([a.extent for a in axes])}, "
                                  f"dtype=np.{_np_dtype(b.dtype)})")
+        for v, base in st.cpu.views if st.cpu is not None else ():
+            self.names.by_key[("t", id(v))] = name = self.names.fresh(v.name)
+            self.emit(depth, f"{name} = {self.tensor(base)}.reshape({self.shape(list(v.shape))})")
 
     def loops_and_body(self, st: ComputeStage, depth: int, serial: Sequence[IterVar]) -> None:
         """The serial loops of `st`, its reductions and its stores.

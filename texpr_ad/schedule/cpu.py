@@ -69,7 +69,7 @@ from .contraction import Operand, Role, SumOfProduct, normal_form, product
 from .cpu_col2im import col2im_scatter
 from .cpu_invariants import hoist, workspace
 from .fuse import fuse
-from .reorder import reorder_reductions, static_size, tighten
+from .reorder import collapse_reductions, reorder_reductions, static_size, tighten
 from .fuse import stage_reads as _reads
 from .loopnest import Place, refs
 from .nest import MIN_PARALLEL_CHUNKS, Expander, compute_stage
@@ -293,7 +293,7 @@ def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
         lanes = _lanes(st)
         return _cpu(st, lanes=lanes) if lanes > 1 else st
     if not loop_keys:
-        st = reorder_reductions(st)
+        st = collapse_reductions(reorder_reductions(st))
     if ov.get("accumulate", not loop_keys):
         acc = _accumulate(st)
         if acc is not None:

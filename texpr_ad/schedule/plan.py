@@ -217,7 +217,8 @@ class CpuStagePlan:
     become products with the reciprocal) and `fold_hoisted` (values a reduction's terms share,
     computed once before its loops).  Scatter stages: `block` (prange over blocks of
     that many values of the parallel axis, innermost).  Both: `workspace` (the stage's
-    intermediates passed in as preallocated arrays, reused across calls).  Which stages
+    intermediates passed in as preallocated arrays, reused across calls); `views` ((view,
+    input) pairs: the stage reads the input reshaped, reorder.collapse_reductions).  Which stages
     share a loop is not a stage decision: it is the plan's `nest` (loopnest.py).
     """
 
@@ -230,6 +231,7 @@ class CpuStagePlan:
     fold_hoisted: tuple[Expr, ...] = ()
     block: int = 0
     workspace: tuple[Tensor, ...] = ()
+    views: tuple[tuple[Tensor, Tensor], ...] = ()
 
 
 @dataclass(frozen=True)

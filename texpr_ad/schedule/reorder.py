@@ -16,6 +16,13 @@ rewrite orders the axes by the smallest stride at which the source reads each in
 tensors (what misses the cache; largest stride outermost, ties as written), and the later CPU steps (lanes, row accumulation) see
 the unit-stride axis innermost.  Sums then regroup within float rounding, as lanes do already;
 max and min are exact in any order.
+
+Short rows do not vectorize either: LLVM's vector loop takes vector width x unroll terms per
+iteration (64 float32 with AVX-512), so batch norm's sum over the 56 x 56 pixels of
+`x[n, c, h, w]` ran its rows of 56 in the scalar remainder.  Where a reduction's two innermost
+axes index only whole, adjacent dims of inputs (`x[.., h, w]` with h, w over all of both dims)
+and the inner one is shorter than `SHORT_ROW`, `collapse_reductions` runs them as one loop over a view with the two dims merged
+(`x.reshape(n, c, h * w)`): the same terms in the same order, one unit-stride loop of 3136.
 """
 from __future__ import annotations
 
@@ -25,10 +32,12 @@ from dataclasses import replace
 
 from ..deriv.solver import invert
 from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind, const
+from ..te.tensor import PlaceholderOp, Tensor
 from ..te.visit import substitute, transform, walk
 from .nest import reduction_notes
-from .plan import ComputeStage
+from .plan import ComputeStage, with_cpu
 
+SHORT_ROW = 64  # terms one iteration of LLVM's widest float32 vector loop takes (16 lanes x 4)
 KINDS = (ReduceKind.SUM, ReduceKind.MAX, ReduceKind.MIN)  # reducers whose terms commute exactly
 #                                                          or within float rounding
 
@@ -119,3 +128,87 @@ def static_size(shape: tuple[Expr, ...]) -> float:
     for e in shape:
         n *= float(e.value) if isinstance(e, Const) else math.inf
     return n
+
+
+def collapse_reductions(st: ComputeStage) -> ComputeStage:
+    """`st` with each reduction's innermost axes merged while they index only whole adjacent
+    dims of inputs, read through views with those dims merged (see the module docstring)."""
+    views: dict[tuple[int, int], Tensor] = {}  # (id(viewed tensor), first merged dim) -> view
+    bases: dict[int, Tensor] = {}  # id(view) -> the input it reshapes
+    done: dict[tuple, Reduce | None] = {}
+    for r in (x for b in st.bodies for x in walk(b) if isinstance(x, Reduce)):
+        if r.loop_key not in done:
+            c, nxt = None, _collapsed(r, views, bases)
+            while nxt is not None:
+                c, nxt = nxt, _collapsed(nxt, views, bases)
+            done[r.loop_key] = c
+    new = {k: v for k, v in done.items() if v is not None}
+    if not new:
+        return st
+
+    def fn(x: Expr) -> Expr | None:
+        if isinstance(x, Reduce) and x.loop_key in new:
+            t = new[x.loop_key]
+            assert t is not None
+            return replace(t, value_index=x.value_index, dtype=x.dtype)
+        return None
+    bodies = tuple(transform(b, fn) for b in st.bodies)
+    used = {id(x.tensor) for b in bodies for x in walk(b) if isinstance(x, Read)}
+    kept = tuple((v, bases[id(v)]) for v in views.values() if id(v) in used)
+    notes = [f"collapsed: reduction loops {' > '.join(a.name for a in key[2][len(r.axis) - 1:])}"
+             f" run as one loop {r.axis[-1].name} of {r.axis[-1].extent}: they index whole "
+             f"adjacent dims only, read through "
+             f"{', '.join(f'{v.name} = {b.name}.reshape{_shape(v)}' for v, b in kept)}"
+             for key, r in new.items() if r is not None]
+    return with_cpu(replace(st, bodies=bodies, reduction=reduction_notes(bodies, st.axes),
+                            notes=(*st.notes, *notes)), views=kept)
+
+
+def _collapsed(r: Reduce, views: dict[tuple[int, int], Tensor], bases: dict[int, Tensor]
+               ) -> Reduce | None:
+    """`r` with its two innermost axes a > b merged into one, or None where a or b is used
+    other than as dims d, d + 1 of an input read over the whole of both."""
+    if len(r.axis) < 2:
+        return None
+    a, b = r.axis[-2:]
+    ext = [x.extent.value if isinstance(x.extent, Const) and isinstance(x.lo, Const)
+           and x.lo.value == 0 else None for x in (a, b)]
+    if None in ext or ext[1] >= SHORT_ROW or any(  # type: ignore[operator]
+            v is a or v is b for e in (r.condition, *r.init) for v in walk(e)):
+        return None
+    ea, eb = int(ext[0]), int(ext[1])  # type: ignore[arg-type]
+    ab = IterVar(f"{a.name}_{b.name}", const(0), const(ea * eb), kind="reduce")
+    made: dict[tuple[int, int], Tensor] = {}
+
+    def fn(x: Expr) -> Expr | None:
+        if not isinstance(x, Read) or not isinstance(x.tensor.op, PlaceholderOp):
+            return None
+        for d in range(x.tensor.ndim - 1):
+            if x.indices[d] is a and x.indices[d + 1] is b and _whole(x.tensor, d, ea, eb):
+                key = (id(x.tensor), d)
+                v = made.get(key) or views.get(key) or _view(x.tensor, d, bases)
+                made[key] = v
+                return Read(v, (*x.indices[:d], ab, *x.indices[d + 2:]), x.dtype)
+        return None
+    source = tuple(transform(e, fn) for e in r.source)
+    if any(v is a or v is b for e in source for v in walk(e)):
+        return None
+    views.update(made)
+    return replace(r, axis=(*r.axis[:-2], ab), source=source)
+
+
+def _whole(t: Tensor, d: int, ea: int, eb: int) -> bool:
+    return [x.value if isinstance(x, Const) else None for x in t.shape[d:d + 2]] == [ea, eb]
+
+
+def _view(t: Tensor, d: int, bases: dict[int, Tensor]) -> Tensor:
+    """A placeholder for `t` (an input or a view of one) with dims d and d + 1 merged."""
+    shape = (*t.shape[:d], const(int(t.shape[d].value) * int(t.shape[d + 1].value)),  # type: ignore[attr-defined]
+             *t.shape[d + 2:])
+    v = Tensor(PlaceholderOp(f"{t.name}_flat", shape, t.dtype), 0, shape, t.dtype)
+    bases[id(v)] = bases.get(id(t), t)
+    return v
+
+
+def _shape(t: Tensor) -> str:
+    return f"({', '.join(str(s) for s in t.shape)})"
