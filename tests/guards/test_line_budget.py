@@ -19,7 +19,7 @@ BUDGET = {
     "deriv": 1750,
     "ops": 2700,
     "schedule": 3370,
-    "kernels": 3460,
+    "kernels": 3470,
     "relax_bridge": 3149,
     "report": 1450,
     "testing": 500,

@@ -7,7 +7,7 @@ import pytest
 
 import texpr_ad as ta
 from texpr_ad import te
-from texpr_ad.kernels import cpu_render
+from texpr_ad.kernels import cpu_fold
 
 
 def _causal_mix(b: int, t: int, c: int):
@@ -24,11 +24,11 @@ def test_unrolled_rows_match_one_term_at_a_time(monkeypatch):
     y, ins = _causal_mix(3, 11, 128)  # trip counts 1..11: every remainder of 4
     k = ta.build([y], ins)
     assert "accumulating whole rows" in str(k.plan), str(k.plan)
-    assert f"s_g in range((i + 1) // {cpu_render.ROW_UNROLL})" in k.source, k.source
+    assert f"s_g in range((i + 1) // {cpu_fold.ROW_UNROLL})" in k.source, k.source
     r = np.random.default_rng(0)
     x, w = r.standard_normal((3, 11, 128)).astype(np.float32), r.standard_normal((11, 128)).astype(np.float32)
     (got,) = k(x, w)
-    monkeypatch.setattr(cpu_render, "ROW_UNROLL", 1)
+    monkeypatch.setattr(cpu_fold, "ROW_UNROLL", 1)
     y1, ins1 = _causal_mix(3, 11, 128)
     (one,) = ta.build([y1], ins1)(x, w)
     np.testing.assert_array_equal(got, one)  # the same additions in the same order

@@ -19,8 +19,8 @@ from ..schedule.plan import ComputeStage, CudaStrategy, Plan, ScatterStage, wide
 from ..te.expr import Call, Const, Expr, Read, Reduce
 from ..te.ops import Op
 from ..te.visit import walk
-from .render import (ERR_NAME, EXPR_RULES, KERNEL_NAME, WIDE_ZERO, Renderer, Rule, _atom,
-                     _is_placeholder, _Render, _reduce_groups, read_site, stage_unproven, top)
+from .render import (ERR_NAME, EXPR_RULES, KERNEL_NAME, WIDE_ZERO, Renderer, RenderPass, Rule,
+                     _atom, _is_placeholder, read_site, reduce_groups, stage_unproven, top)
 
 
 # -- expression table: numba.cuda lacks most NumPy ufuncs in kernels, so use math.* ------------
@@ -129,7 +129,7 @@ class _Kernel:
     launch: str
 
 
-class _CudaRender(_Render):
+class _CudaRender(RenderPass):
     r: CUDARenderer
 
     def __init__(self, r: CUDARenderer, plan: Plan) -> None:
@@ -256,7 +256,7 @@ class _CudaRender(_Render):
             self.range_loop(depth, a, {})
             depth += 1
         env: dict[Expr, str] = {}
-        for red in _reduce_groups(st.bodies):
+        for red in reduce_groups(st.bodies):
             self.reduction(depth, red, env, st.name)
         self.store(depth, st, env)
         points = " * ".join(top(self.expr(a.extent, {})) for a in st.order[: st.fused]) or "1"
@@ -278,7 +278,7 @@ class _CudaRender(_Render):
         Returns the launch and the partials."""
         split = st.cuda.split if st.cuda else 1
         tid, step = self.names.fresh("tid"), self.names.fresh("s")
-        groups = _reduce_groups(st.bodies)
+        groups = reduce_groups(st.bodies)
         part_iter = iter(parts)
         shared: list[list[str]] = []
         group_parts: list[list[tuple[str, str]]] = []  # the partials array of each value (split)

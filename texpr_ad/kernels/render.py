@@ -173,7 +173,7 @@ class Names:
 
 class Renderer(ABC):
     """Plan -> source.  Each target subclasses it: fills the tables below and renders with its
-    own `_Render` pass (kernels/cpu_render.py, kernels/cuda_render.py); this module holds only
+    own `RenderPass` (kernels/cpu_render.py, kernels/cuda_render.py); this module holds only
     what both share (expressions, names, loops, reductions, index checks)."""
 
     target = "abstract"
@@ -198,7 +198,7 @@ class Renderer(ABC):
     def render_expr(self, e: Expr, names: dict[Expr, str]) -> str:
         """One expression as source, with variables and reads' tensors named by `names`."""
         empty = Plan(self.target, (), (), tuple(v for v in names if isinstance(v, Var)), (), ())
-        r = _Render(self, empty)
+        r = RenderPass(self, empty)
         for k, v in names.items():
             r.names.by_key[("", k) if isinstance(k, IterVar) else k] = v
         for x in walk(e):
@@ -207,7 +207,7 @@ class Renderer(ABC):
         return top(r.expr(e, {k: v for k, v in names.items() if not isinstance(k, Var)}))
 
 
-class _Render:
+class RenderPass:
     """One rendering pass (holds the name table and the lines being emitted)."""
 
     def __init__(self, r: Renderer, plan: Plan) -> None:
@@ -311,7 +311,7 @@ class _Render:
     # -- loops ------------------------------------------------------------------------------
     def range_loop(self, depth: int, a: IterVar, env: dict[Expr, str]) -> None:
         lo, ext = self.expr(a.lo, env), self.expr(a.extent, env)
-        start = None if _is_zero(a.lo) else top(lo)
+        start = None if is_zero(a.lo) else top(lo)
         match a.extent:
             case Call(op=Op.SUB, args=(hi, lo_)) if lo_.same_as(a.lo):  # extent = hi - lo
                 start, stop = top(lo), top(self.expr(hi, env))
@@ -340,9 +340,9 @@ class _Render:
         """Emit the parallel loop over the flattened `axes`; returns the new depth."""
         exts = [self.expr(a.extent, {}) for a in axes]
         if len(axes) == 1:
-            var = self.axis(axes[0]) if _is_zero(axes[0].lo) else self.names.fresh(f"{stage}_p")
+            var = self.axis(axes[0]) if is_zero(axes[0].lo) else self.names.fresh(f"{stage}_p")
             self.parallel_head(depth, var, top(exts[0]))
-            if not _is_zero(axes[0].lo):
+            if not is_zero(axes[0].lo):
                 self.emit(depth + 1, f"{self.axis(axes[0])} = {self.expr(axes[0].lo, {})} + {var}")
             return depth + 1
         f = self.names.fresh(f"{stage}_f")
@@ -352,7 +352,7 @@ class _Render:
             s = f if not inner else f"{f} // " + (inner[0] if len(inner) == 1 else f"({' * '.join(inner)})")
             if m > 0:
                 s = f"{s if not inner else '(' + s + ')'} % {exts[m]}"
-            if not _is_zero(a.lo):
+            if not is_zero(a.lo):
                 s = f"{self.expr(a.lo, {})} + {s}"
             self.emit(depth + 1, f"{self.axis(a)} = {s}")
         return depth + 1
@@ -556,7 +556,7 @@ def _occurrences(e: Expr, env: dict[Expr, str], recip: dict[Expr, str]
     return strict, uses
 
 
-def _is_zero(e: Expr) -> bool:
+def is_zero(e: Expr) -> bool:
     return isinstance(e, Const) and e.value == 0
 
 
@@ -582,7 +582,7 @@ def _tree(e: Expr) -> Iterator[Expr]:
         stack.extend(reversed(children(x)))
 
 
-def _reduce_groups(bodies: Sequence[Expr]) -> list[list[Reduce]]:
+def reduce_groups(bodies: Sequence[Expr]) -> list[list[Reduce]]:
     """Reductions of a stage, grouped by shared loop (a tuple reducer's values share one)."""
     groups: dict[tuple, list[Reduce]] = {}
     for b in bodies:
@@ -598,7 +598,7 @@ def _describe(st: ComputeStage, joined: bool = False) -> str:
     """The comment heading a stage's code; `joined`: it runs in a loop an earlier stage opened."""
     c = st.cpu
     if joined:
-        return "joined into the previous stage's prange" + ("; reduction" if _reduce_groups(
+        return "joined into the previous stage's prange" + ("; reduction" if reduce_groups(
             st.bodies) else "")
     if c is not None and c.contraction is not None:
         return c.contraction.describe()
@@ -606,6 +606,6 @@ def _describe(st: ComputeStage, joined: bool = False) -> str:
         return c.accumulate.describe()
     loops = ("serial" if not st.parallel else
              f"prange over {' * '.join(a.name for a in st.order[: st.fused])}")
-    red = "; reduction" if _reduce_groups(st.bodies) else ""
+    red = "; reduction" if reduce_groups(st.bodies) else ""
     inl = f"; inlined {', '.join(st.inlined)}" if st.inlined else ""
     return f"{loops}{red}{inl}"

@@ -1,0 +1,375 @@
+"""The reduction folds of CPU rendering (`CPUFold`, the base of cpu_render's `CPURender`): an
+accumulator per reduce axis, float32 blocks of wide sums, row accumulation, split partial sums."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ..schedule.plan import SUM_BLOCK, SUM_CHAIN, ComputeStage, wide_sum
+from ..te.expr import Const, Expr, IterVar, Reduce, ReduceKind, const
+from ..te.simplify import simplify
+from ..te.visit import substitute
+from .render import WIDE_ZERO, RenderPass, is_zero, reduce_groups, top
+
+
+class CPUFold(RenderPass):
+    """The folds of one CPU rendering pass (`CPURender` adds the loop nests that call them)."""
+
+    def stepped_fold(self, depth: int, r: Reduce, env: dict[Expr, str], stage: str,
+                     chunk: Chunk | None = None,
+                     siblings: Sequence[tuple[Reduce, dict[Expr, str], str]] = ()) -> list[str]:
+        """Fold `r`'s source (no init) over its axes in scalar accumulators stepped by
+        `LANE_STEP`, one per reduce axis, each folded into the one outside it when its loop
+        ends: over (n, h, w) a float32 sum adds chains of n, h and w terms, not n*h*w.
+        `chunk` replaces the outermost axis's range (a split chunk's).  A wide sum
+        (plan.wide_sum) adds float32 chains of at most SUM_CHAIN terms: the outermost
+        accumulator and those of longer loops are float64, a long innermost loop folds in
+        float32 blocks (`fold_levels`).  `siblings` (reduction, env, stage) fold over the same
+        axes in the same loops, accumulators of their own.  Returns the outermost accumulator
+        of `r` and of each sibling (float64 when wide)."""
+        levels: list[Level] = []
+        last, wide = len(r.axis) - 1, wide_sum(r)
+        for k, ax in enumerate(r.axis):
+            acc = self.names.fresh(f"{stage}_acc")
+            long = k == 0 or _longer(ax, SUM_CHAIN)
+            levels += self.fold_levels(ax, acc, stage, env, wide and k == last,
+                                       chunk if k == 0 else None, wide and long and k < last)
+        accs = [[lv.acc for lv in levels]] + [[self.names.fresh(f"{name}_acc") for _ in levels]
+                                              for _, _, name in siblings]
+
+        def step(x: Reduce, acc: str, e: dict[Expr, str]) -> Callable[[int], str]:
+            return lambda d: f"{LANE_STEP[x.combiner.kind]}({acc}, {top(self.expr(x.source[0], e))})"
+        self.fold_nest(depth, levels, [(x, a, step(x, a[-1], e)) for (x, e, _), a in
+                                       zip([(r, env, stage), *siblings], accs, strict=True)])
+        return [a[0] for a in accs]
+
+    def fold_levels(self, ax: IterVar, acc: str, stage: str, env: dict[Expr, str], block: bool,
+                    chunk: Chunk | None = None, f64: bool = False) -> list[Level]:
+        """The loop of `ax` (or `chunk`'s range of it) folding into `acc` (float64 if `f64`);
+        when `block` and it is longer than SUM_BLOCK, two levels instead: a loop over blocks
+        folding into `acc` (float64) and one over a block of at most SUM_BLOCK terms folding
+        into a float32 accumulator of its own (the lanes LLVM vectorizes hold short chains).
+        The block index counts from 0 and the chunk's start is clamped at 0, so LLVM sees
+        that reads at `ax` are not negative (no wraparound select) and vectorizes the loop."""
+        if chunk is None:
+            n = int(ax.extent.value) if isinstance(ax.extent, Const) else None  # type: ignore[attr-defined]
+            if not block or (n is not None and n <= SUM_BLOCK):
+                return [Level(acc, lambda d: self.range_loop(d, ax, env), f64)]
+            lo = self.expr(ax.lo, env)
+            start = "" if is_zero(ax.lo) else f"{lo} + "
+            count = str(n) if n is not None else f"({top(self.expr(ax.extent, env))})"
+        else:
+            if not block:
+                return [Level(acc, lambda d: self.emit(d, chunk.header(self.axis(ax))), f64)]
+            n = chunk.size
+            start = self.names.fresh(f"{stage}_s0")
+            count = self.names.fresh(f"{stage}_n")
+        kb, kk = self.names.fresh(f"{stage}_kb"), self.names.fresh(f"{stage}_kk")
+        blk = self.names.fresh(f"{stage}_blk")
+        nb = f"({count} + {SUM_BLOCK - 1}) // {SUM_BLOCK}" if n is None else -(-n // SUM_BLOCK)
+        inner = str(SUM_BLOCK) if chunk is None and n is not None and n % SUM_BLOCK == 0 else \
+            f"min({SUM_BLOCK}, {count} - {kb} * {SUM_BLOCK})"
+
+        def blocks(d: int) -> None:
+            if chunk is not None:
+                self.emit(d, f"{start} = max({chunk.start()}, 0)")
+                self.emit(d, f"{count} = min({n}, {chunk.n} - {start})")
+            self.emit(d, f"for {kb} in range({nb if chunk is None else f'({count} + {SUM_BLOCK - 1}) // {SUM_BLOCK}'}):")
+
+        def block(d: int) -> None:
+            self.emit(d, f"for {kk} in range({inner}):")
+            base = start if chunk is None else f"{chunk.lo}{start} + "
+            self.emit(d + 1, f"{self.axis(ax)} = {base}{kb} * {SUM_BLOCK} + {kk}")
+        return [Level(acc, blocks, True), Level(blk, block)]
+
+    def fold_nest(self, depth: int, levels: list[Level],
+                  folds: Sequence[tuple[Reduce, list[str], Callable[[int], str]]]) -> None:
+        """Open `levels` (outermost first), each fold's accumulator of that level set to its
+        reduction's identity (float64 zero for a float64 level), step each fold's innermost
+        accumulator with `inner(depth)` (which may emit statements first), and fold each level
+        into the one outside it as its loop ends.  `folds`: (reduction, an accumulator per
+        level, inner) for each reduction stepping in these loops."""
+        d = depth
+        for k, lv in enumerate(levels):
+            for r, accs, _ in folds:
+                ident = top(self.expr(r.combiner.identity[0], {}))
+                self.emit(d, f"{accs[k]} = {WIDE_ZERO if lv.f64 else ident}")
+            lv.open(d)
+            d += 1
+        for r, accs, inner in folds:
+            self.emit(d, f"{accs[-1]} = {inner(d)}")
+        for k in range(len(levels) - 1, 0, -1):
+            for r, accs, _ in folds:
+                step = LANE_STEP[r.combiner.kind]
+                self.emit(depth + k, f"{accs[k - 1]} = {step}({accs[k - 1]}, {accs[k]})")
+
+    def lane_reduction(self, depth: int, groups: list[Reduce], env: dict[Expr, str], stage: str,
+                       lanes: int) -> None:
+        """A single-valued sum/max/min reduction that LLVM vectorizes into SIMD lanes.
+
+        Scalar accumulators, stepped by `LANE_STEP` (vecmath.py): a sum's adds are marked
+        reassociable (only those: the body keeps its order), max/min are llvm.maximum/minimum,
+        which vectorize exactly.  An array of lane accumulators stayed scalar code, ~5x slower.
+        """
+        r = groups[0]
+        acc = self.stepped_fold(depth, r, env, stage)[0]
+        if wide_sum(r):
+            acc = self.narrow(depth, r, acc, stage)
+        if r.init:
+            self.combine(depth, r.combiner, [self.expr(r.init[0], env)], [acc], [acc], stage)
+        for g in groups:
+            env[g] = acc
+
+    def accumulate(self, st: ComputeStage) -> None:
+        """Row accumulation (reduction loops outside the row axis) and/or split partial results."""
+        acc_plan = st.cpu.accumulate  # type: ignore[union-attr]
+        assert acc_plan is not None
+        if acc_plan.split is not None:
+            self.split_partials([st])
+            return
+        r = reduce_groups(st.bodies)[0][0]
+        row = acc_plan.row
+        assert row is not None
+        dtype, ident = self.acc_type(r)
+        idx = [self.axis(a) for a in st.axes]
+        outer = [a for a in st.order if a is not row]
+        # row accumulation in a local array, prange over the outer axes
+        depth, serial = 1, outer
+        if st.parallel and st.fused:
+            depth = self.parallel_nest(depth, st.order[: st.fused], st.name)
+            serial = outer[st.fused:]
+        for a in serial:
+            self.range_loop(depth, a, {})
+            depth += 1
+        acc = self.names.fresh(f"{st.name}_row")
+        self.emit(depth, f"{acc} = np.empty({top(self.expr(row.extent, {}))}, dtype=np.{dtype})")
+        self.range_loop(depth, row, {})
+        self.emit(depth + 1, f"{acc}[{self.axis(row)}] = {ident}")
+        first, at = r.axis[0], f"{acc}[{self.axis(row)}]"
+        lo, ext = top(self.expr(first.lo, {})), top(self.expr(first.extent, {}))
+        if not self.fold_rows(depth, first, lo, ext if is_zero(first.lo) else f"{lo} + {ext}",
+                              [(st, at)], r.axis[1:], row):
+            self.fold(depth, [(st, lambda: at)], r.axis, row)
+        self.range_loop(depth, row, {})
+        v = self.names.fresh(f"{st.name}_acc")
+        self.emit(depth + 1, f"{v} = {self.rounded(r, f'{acc}[{self.axis(row)}]')}")
+        self.finish(depth + 1, st, idx, v)
+
+    def acc_type(self, r: Reduce) -> tuple[str, str]:
+        """The NumPy dtype of an array of `r`'s accumulators and their initial value: float64
+        and zero for a wide sum (plan.wide_sum)."""
+        if wide_sum(r):
+            return "float64", WIDE_ZERO
+        return (r.dtype if r.dtype != "bool" else "bool_"), top(self.expr(r.combiner.identity[0], {}))
+
+    def rounded(self, r: Reduce, acc: str) -> str:
+        """An accumulator of `r` as a value of its dtype (a wide sum's is float64)."""
+        return f"np.{r.dtype}({acc})" if wide_sum(r) else acc
+
+    def fold_rows(self, depth: int, ax: IterVar, start: str, stop: str,
+                  stages: Sequence[tuple[ComputeStage, str]], axes: Sequence[IterVar],
+                  row: IterVar) -> bool:
+        """`fold` of `stages` (each with its accumulator row element, indexed by `row`) over
+        `ax` from `start` to `stop`, then `axes`, then `row`, where a wide sum (plan.wide_sum,
+        its row float64) can fold blocks of `ax` (each adding at most SUM_CHAIN terms to an
+        element) into a float32 row of its own, added into the float64 row when the block
+        ends: the row loop stays a float32 SIMD loop.  False (nothing emitted) where no stage
+        can: the caller folds as usual (a wide row then takes each term in float64)."""
+        other = 1.0
+        for a in axes:
+            other *= int(a.extent.value) if isinstance(a.extent, Const) else float("inf")  # type: ignore[attr-defined]
+        per = int(SUM_CHAIN // other)
+        wide = [(st, at) for st, at in stages if per >= 1 and wide_sum(reduce_groups(st.bodies)[0][0])]
+        if not wide:
+            return False
+        j, ext = self.axis(row), top(self.expr(row.extent, {}))
+        blk = {id(st): self.names.fresh(f"{st.name}_blk") for st, _ in wide}
+        for st, _ in wide:
+            r = reduce_groups(st.bodies)[0][0]
+            self.emit(depth, f"{blk[id(st)]} = np.empty({ext}, dtype=np.{r.dtype})")
+        b = self.names.fresh(f"{stages[0][0].name}_rb")
+        self.emit(depth, f"for {b} in range({start}, {stop}, {per}):")
+        self.range_loop(depth + 1, row, {})
+        for st, _ in wide:
+            self.emit(depth + 2, f"{blk[id(st)]}[{j}] = {self._ident(st)}")
+        self.emit(depth + 1, f"for {self.axis(ax)} in range({b}, min({b} + {per}, {stop})):")
+        self.fold(depth + 2, [(st, lambda at=(f"{blk[id(st)]}[{j}]" if id(st) in blk else at): at)
+                              for st, at in stages], axes, row)
+        self.range_loop(depth + 1, row, {})
+        for st, at in wide:
+            self.emit(depth + 2, f"{at} = {at} + {blk[id(st)]}[{j}]")
+        return True
+
+    def fold(self, depth: int, stages: Sequence[tuple[ComputeStage, Callable[[], str]]],
+             axes: Sequence[IterVar], row: IterVar | None) -> None:
+        """acc = combine(acc, source) of each stage (with its accumulator) over `axes`, then the
+        row axis, if any, innermost; the stages share these loops (a CHUNKS loop of fuse.py)."""
+        d = depth
+        reds = [reduce_groups(st.bodies)[0][0] for st, _ in stages]
+        last = axes[-1] if axes and row is not None and not self.hoist.get(axes[-1]) and all(
+            isinstance(r.condition, Const) and r.condition.value is True for r in reds) else None
+        for ax in (axes[:-1] if last is not None else axes):
+            self.range_loop(d, ax, {})
+            d += 1
+        if last is not None:  # unrolled: each row element loaded and stored once per ROW_UNROLL terms
+            assert row is not None
+            groups = IterVar(f"{last.name}_g", const(0, "int64"),
+                             simplify(last.extent // ROW_UNROLL), "reduce")
+            rest = IterVar(last.name, simplify(last.lo + groups.extent * ROW_UNROLL),
+                           simplify(last.extent % ROW_UNROLL), "reduce")
+            for loop, at in ((groups, [last.lo + groups * ROW_UNROLL + u for u in range(ROW_UNROLL)]),
+                             (rest, [rest])):
+                self.range_loop(d, loop, {})
+                self.range_loop(d + 1, row, {})
+                for (st, acc_at), r in zip(stages, reds, strict=True):
+                    a, t = acc_at(), self.names.fresh(f"{st.name}_t")  # a local: no reload
+                    self.emit(d + 2, f"{t} = {a}")                   # after each store
+                    for k in at:  # the same terms in the same order as one loop over `last`
+                        src = self.expr(simplify(substitute(r.source[0], {last: k})), {})
+                        self.combine(d + 2, r.combiner, [t], [src], [t], st.name)
+                    self.emit(d + 2, f"{a} = {t}")
+            return
+        if row is not None:
+            self.range_loop(d, row, {})
+            d += 1
+        for (st, acc_at), r in zip(stages, reds, strict=True):
+            dc = d
+            if not (isinstance(r.condition, Const) and r.condition.value is True):
+                self.emit(d, f"if {top(self.expr(r.condition, {}))}:")
+                dc += 1
+            a = acc_at()
+            self.combine(dc, r.combiner, [a], [self.expr(r.source[0], {})], [a], st.name)
+
+    def finish(self, depth: int, st: ComputeStage, idx: list[str], acc: str) -> None:
+        """Apply init and store every body of `st` with its reduction replaced by `acc`."""
+        red = reduce_groups(st.bodies)[0]
+        r = red[0]
+        if r.init:
+            self.combine(depth, r.combiner, [self.expr(r.init[0], {})], [acc], [acc], st.name)
+        env: dict[Expr, str] = {g: acc for g in red}
+        for t, b in zip(st.tensors, st.bodies, strict=True):
+            if t is not None:
+                self.emit(depth, f"{self.index(t, idx)} = {top(self.expr(b, env))}")
+
+    def _ident(self, st: ComputeStage) -> str:
+        return top(self.expr(reduce_groups(st.bodies)[0][0].combiner.identity[0], {}))
+
+    def split_partials(self, stages: Sequence[ComputeStage]) -> None:
+        """Split reductions: partial results part[c, *axes], one prange iteration per chunk c,
+        then combined.  Several stages share the chunk loops (one pass over the rows) when the
+        planner fused them over the same axes (a CHUNKS loop of fuse.py)."""
+        st = stages[0]
+        acc_plan = st.cpu.accumulate  # type: ignore[union-attr]
+        assert acc_plan is not None and acc_plan.split is not None
+        r = reduce_groups(st.bodies)[0][0]
+        row, split = acc_plan.row, acc_plan.split
+        idx = [self.axis(a) for a in st.axes]
+        n = int(split.extent.value)  # type: ignore[attr-defined]
+        chunks = acc_plan.chunks
+        size = -(-n // chunks)
+        parts = []
+        reds = [reduce_groups(s_.bodies)[0][0] for s_ in stages]
+        for s_, rs in zip(stages, reds, strict=True):
+            part = self.names.fresh(f"{s_.name}_part")
+            dtype = self.acc_type(rs)[0]
+            pshape = [str(chunks), *(top(self.expr(a.extent, {})) for a in s_.axes)]
+            self.emit(1, f"{part} = np.empty(({', '.join(pshape)}, ), dtype=np.{dtype})")
+            parts.append(part)
+        # scalar riders (fuse._rider_map): stepped accumulators in the row loop
+        riders = [k for k, s_ in enumerate(stages) if not s_.axes and k > 0]
+        c = self.names.fresh(f"{st.name}_c")
+        self.parallel_head(1, c, str(chunks))
+        depth = 2
+        for a in (o for o in st.order if o is not row):
+            self.range_loop(depth, a, {})
+            depth += 1
+        ats = [f"{part}[{', '.join([c, *([] if k in riders else idx)])}]"
+               for k, part in enumerate(parts)]
+        s = self.axis(split)
+        lo = self.expr(split.lo, {})
+        chunk = Chunk(c, size, n, f"{lo} + " if not is_zero(split.lo) else "")
+        if acc_plan.vector:  # scalar accumulators per reduce axis, stepped like lanes
+            assert len(stages) == 1
+            self.emit(depth, f"{ats[0]} = {self.stepped_fold(depth, r, {}, st.name, chunk)[0]}")
+        else:
+            rows_ = [(s_, at) for k, (s_, at) in enumerate(zip(stages, ats)) if k not in riders]
+            if row is not None:
+                self.range_loop(depth, row, {})
+            for k, (s_, at) in enumerate(zip(stages, ats)):
+                if k not in riders:
+                    self.emit(depth + (row is not None), f"{at} = {self.acc_type(reds[k])[1]}")
+            outer = {k: self.names.fresh(f"{stages[k].name}_acc") for k in riders}
+            inner = {k: self.names.fresh(f"{stages[k].name}_acc") for k in riders}
+            for k in riders:  # a wide rider's outer accumulator is float64
+                self.emit(depth, f"{outer[k]} = {self.acc_type(reds[k])[1]}")
+            if not (row is not None and not riders and self.fold_rows(
+                    depth, split, f"{chunk.lo}{chunk.start()}",
+                    f"{chunk.lo}min({chunk.start()} + {size}, {n})", rows_, r.axis[1:], row)):
+                self.emit(depth, chunk.header(s))
+                for k in riders:  # its row, in float32 lanes, is one block of a wide rider
+                    self.emit(depth + 1, f"{inner[k]} = {self._ident(stages[k])}")
+                self.fold(depth + 1, [(s_, lambda at=at: at) for s_, at in rows_], r.axis[1:], row)
+            rks = {k: reduce_groups(stages[k].bodies)[0][0] for k in riders}
+            steps = {k: LANE_STEP[rk.combiner.kind] for k, rk in rks.items()}
+            for k, rk in rks.items():  # in the row loop, then once per row, as stepped_fold does
+                self.emit(depth + 2 + len(r.axis[1:]), f"{inner[k]} = {steps[k]}({inner[k]}, "
+                                                       f"{top(self.expr(rk.source[0], {}))})")
+            for k in riders:
+                self.emit(depth + 1, f"{outer[k]} = {steps[k]}({outer[k]}, {inner[k]})")
+            for k in riders:
+                self.emit(depth, f"{ats[k]} = {outer[k]}")
+        # combine the partial results
+        for s_, part in zip(stages, parts, strict=True):
+            comb = reduce_groups(s_.bodies)[0][0].combiner
+            own = [self.axis(a) for a in s_.axes]
+            depth = 1
+            if s_.order:
+                depth = self.parallel_nest(1, s_.order[:1], s_.name)
+                for a in s_.order[1:]:
+                    self.range_loop(depth, a, {})
+                    depth += 1
+            v = self.names.fresh(f"{s_.name}_acc")
+            self.emit(depth, f"{v} = {part}[{', '.join(['0', *own])}]")
+            k = self.names.fresh(f"{s_.name}_k")
+            self.emit(depth, f"for {k} in range(1, {chunks}):")
+            self.combine(depth + 1, comb, [v], [f"{part}[{', '.join([k, *own])}]"], [v], s_.name)
+            rs = reduce_groups(s_.bodies)[0][0]
+            self.finish(depth, s_, own, v if not wide_sum(rs) else self.narrow(depth, rs, v, s_.name))
+
+
+@dataclass(frozen=True)
+class Level:
+    """One loop of a fold: its accumulator, and `open(depth)`, which emits the loop's header
+    (and the lines it needs before it, at the same depth, or first inside it)."""
+
+    acc: str
+    open: Callable[[int], None]
+    f64: bool = False
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Chunk `c` (a prange variable) of a split reduction axis: `size` of its `n` values from
+    `lo + c * size` (`lo` is "" or "<lo> + "), the last chunk cut at `n`."""
+
+    c: str
+    size: int
+    n: int
+    lo: str
+
+    def start(self) -> str:
+        return f"{self.c} * {self.size}"
+
+    def header(self, var: str) -> str:
+        return (f"for {var} in range({self.lo}{self.start()}, "
+                f"{self.lo}min({self.start()} + {self.size}, {self.n})):")
+
+
+def _longer(ax: IterVar, n: int) -> bool:
+    """Whether the loop of `ax` may run more than `n` times."""
+    return not (isinstance(ax.extent, Const) and int(ax.extent.value) <= n)  # type: ignore[arg-type]
+
+
+# the accumulation step of a lanes reduction, by kind (vecmath.py)
+LANE_STEP = {ReduceKind.SUM: "radd", ReduceKind.MAX: "fmaximum", ReduceKind.MIN: "fminimum"}
+ROW_UNROLL = 4  # terms of the innermost reduce loop folded into a row element per load and store
