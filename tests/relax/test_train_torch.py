@@ -1,10 +1,13 @@
 """`train_torch`: PyTorch models trained in TVM Relax, step by step against PyTorch eager.
 
-The two models of examples/relax_train_torch.py (a small GPT with hand-written causal attention,
-Adam; a ResNet-style CNN with BatchNorm, SGD with momentum) on tiny shapes, 3 steps: loss curves,
-trained parameters and BatchNorm running statistics equal PyTorch's within float32 rounding, and
-the first-step gradients within 1e-4 of torch.autograd's.  Each model compiles once (module
-fixtures); the refusals use two-layer models.
+The models of examples/relax_train_torch.py (a small GPT with hand-written causal attention and
+the same with F.scaled_dot_product_attention, Adam; a ResNet-style CNN with BatchNorm, SGD with
+momentum; a U-Net-style model with GroupNorm, bilinear upsampling and skip concatenation, Adam; a
+Mixer-style model with cumsum, where, clamp and logsumexp (TVM 0.27's importer lacks the `amax`
+that logsumexp decomposes to: train_torch supplies it), SGD with momentum) on tiny shapes, 3
+steps: loss curves, trained parameters and BatchNorm running statistics equal PyTorch's within
+float32 rounding, and the first-step gradients within 1e-4 of torch.autograd's.
+Each model compiles once (module fixtures); the refusals use two-layer models.
 """
 from __future__ import annotations
 
@@ -27,7 +30,9 @@ ex = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ex)  # type: ignore[union-attr]
 
 STEPS = 3
-CASES = {"gpt": lambda: ex.gpt_case(batch=2, ctx=4), "resnet": lambda: ex.resnet_case(size=4)}
+CASES = {"gpt": lambda: ex.gpt_case(batch=2, ctx=4), "resnet": lambda: ex.resnet_case(size=4),
+         "gpt-sdpa": lambda: ex.gpt_case(batch=2, ctx=4, sdpa=True),
+         "unet": lambda: ex.unet_case(size=4), "mixer": lambda: ex.mixer_case(batch=3, tokens=4)}
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
@@ -69,7 +74,10 @@ def test_trained_state_equals_pytorch(trained) -> None:
 def test_report_attributes(trained) -> None:
     name, _, _, _, trainer, _ = trained
     assert sum(trainer.ops.values()) > 20 and trainer.compile_seconds > 0
-    needed = {"gpt": {"relax.nn.gelu", "relax.nn.layer_norm"}, "resnet": {"relax.rsqrt"}}[name]
+    needed = {"gpt": {"relax.nn.gelu", "relax.nn.layer_norm"}, "resnet": {"relax.rsqrt"},
+              "gpt-sdpa": {"relax.nn.gelu", "relax.nn.layer_norm"},
+              "unet": {"relax.nn.group_norm", "relax.image.resize2d"},
+              "mixer": {"relax.clip", "relax.max"}}[name]
     assert needed <= set(trainer.derived_ops)  # TVM 0.27 has no gradient of its own for these
 
 

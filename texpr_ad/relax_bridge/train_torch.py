@@ -13,13 +13,13 @@
 statistics are computed in the graph and fed back each step.  It runs PyTorch's decompositions
 (TVM 0.27's importer miscomputes `aten.batch_norm` and `aten.cross_entropy_loss` as they are, and
 returns zeros for a functional batch norm's new statistics), imports the program with
-`from_exported_program`, gives constant dynamic slices a shape (`static_strided_slices`),
-registers the gradients TVM lacks (`register_missing_gradients`),
-differentiates it with `relax.transform.Gradient`, and compiles it together with the step of TVM's
-own optimizer (`relax.training.optimizer`: SGD, MomentumSGD, Adam) that matches the given
-`torch.optim` optimizer.  Before returning, the imported forward (loss and new buffers) and the
-first-step gradients are compared with PyTorch on the example batch; a disagreeing forward is
-refused with a `TorchTrainError` naming the first disagreeing op.
+`from_exported_program` (adding the `amax` it lacks), gives constant dynamic slices a shape
+(`static_strided_slices`), registers the gradients TVM lacks (`register_missing_gradients`),
+differentiates it with `relax.transform.Gradient`, and compiles it with the step of TVM's own
+optimizer (`relax.training.optimizer`: SGD, MomentumSGD, Adam) matching the `torch.optim` one.
+Before returning, the imported forward (loss and new buffers) and the first-step gradients are
+compared with PyTorch on the example batch; a disagreeing forward is refused with a
+`TorchTrainError` naming the first disagreeing op.
 """
 from __future__ import annotations
 
@@ -95,6 +95,13 @@ def _decompositions() -> dict[Any, Any]:
     return table
 
 
+def _amax(node: Any, imp: Any) -> Any:
+    """`aten.amax` (torch's logsumexp decomposes to it; TVM 0.27's importer lacks it) as max."""
+    from tvm import relax
+    x, dims, keep = [*node.args, [], False][:3]
+    return imp.block_builder.emit(relax.op.max(imp.env[x], list(dims) or None, bool(keep)))
+
+
 class _Step:
     """`(*inputs, *targets, *params, *buffers) -> (loss, *new buffers)` of a model and a loss."""
 
@@ -142,8 +149,7 @@ class TorchTrainer:
     `state_dict()` gives them back as torch tensors (`model.load_state_dict(...)`).
     Attributes: `ops` (Relax op counts of the imported forward), `derived_ops` (ops whose gradient
     texpr_ad derived), `no_grad_ops` (ops given a no-grad gradient), `gradient_errors` (worst
-    relative error per parameter against
-    torch.autograd on the example batch), `compile_seconds`.
+    relative error per parameter against torch.autograd on the example batch), `compile_seconds`.
     """
 
     def __init__(self, model: Any, example_inputs: Any, loss_fn: Callable[..., Any],
@@ -169,12 +175,11 @@ class TorchTrainer:
         state = [sd[k].detach().clone() for k in self.param_names + self.buffer_names]
         args = (*inputs, *targets, *state)
         ep = torch.export.export(self._step.module(), args)
-        if decompose:
-            ep = ep.run_decompositions(_decompositions())
-        self._ep = ep
+        self._ep = ep = ep.run_decompositions(_decompositions()) if decompose else ep
         t0 = time.perf_counter()
         mod = static_strided_slices(from_exported_program(  # constant dynamic slices get shapes
-            ep, run_ep_decomposition=False, no_bind_return_tuple=True))  # a tuple even for the loss
+            ep, run_ep_decomposition=False, no_bind_return_tuple=True,
+            custom_convert_map={"amax.default": _amax}))  # a tuple even for the loss
         main = mod["main"]
         self.ops = Counter(str(b.value.op.name) for blk in main.body.blocks for b in blk.bindings
                            if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op))
@@ -184,8 +189,7 @@ class TorchTrainer:
         pvars = list(main.params[self._n_data:self._n_data + n_p])
         mod = relax.transform.Gradient("main", require_grads=pvars, target_index=0)(mod)
         self._opt = _init(opt, pvars)
-        mod["optimizer"] = self._opt.get_function().with_attr("global_symbol",
-                                                               "optimizer")  # kept public
+        mod["optimizer"] = self._opt.get_function().with_attr("global_symbol", "optimizer")
         self._vm = relax.VirtualMachine(tvm.compile(prepare_for_build(mod), target="llvm"),
                                         tvm.cpu())
         self.compile_seconds = time.perf_counter() - t0
@@ -197,18 +201,16 @@ class TorchTrainer:
 
     def _run(self, inputs: Sequence[Any], targets: Sequence[Any]) -> tuple[Any, Any]:
         import tvm
-        data = [tvm.runtime.tensor(np.array(_np(a), order="C"))  # 0-dim stays 0-dim
-                for a in (*inputs, *targets)]
+        data = [tvm.runtime.tensor(np.array(_np(a), order="C")) for a in (*inputs, *targets)]
         return self._vm["main_adjoint"](*data, *self._params, *self._buffers)
 
     def check_gradients(self, inputs: Any, targets: Any = (),
                         _args: Any = None) -> dict[str, float]:
         """Forward and gradients of the current parameters on one batch against PyTorch: the
         worst relative error per parameter (also `gradient_errors`), relative to the parameter's
-        largest gradient or to ZERO_GRAD times the model's largest, whichever is bigger.
-        A disagreeing forward
-        raises `TorchTrainError` naming the first disagreeing op; gradients off by more than
-        GRAD_RTOL raise it naming the parameter."""
+        largest gradient or to ZERO_GRAD times the model's largest, whichever is bigger.  A
+        disagreeing forward raises `TorchTrainError` naming the first disagreeing op; gradients
+        off by more than GRAD_RTOL raise it naming the parameter."""
         import torch
         inputs, targets = _tuple(inputs), _tuple(targets)
         if _args is None:
@@ -273,7 +275,7 @@ def first_disagreeing_node(ep: Any, args: Sequence[Any]) -> tuple[Any, float]:
     from tvm import relax
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
     imp = ExportedProgramImporter()
-    mod = imp.from_exported_program(ep, False, False, False, None)
+    mod = imp.from_exported_program(ep, False, False, False, {"amax.default": _amax})
     main = mod["main"]
     bound = {str(b.var.name): b.var for blk in main.body.blocks for b in blk.bindings}
     probes = [(n, bound[str(v.name)]) for n, v in imp.env.items()
