@@ -111,3 +111,23 @@ def _producers(t):
         out.append(u)
         stack.extend(u.op.inputs if hasattr(u.op, "inputs") else [])
     return out
+
+
+def test_ungated_moves_the_gate_into_the_condition():
+    """A strided dilated window's gated adjoint (`f < select(ax2 % 2 == 0 & .., 8, 0)`) as a
+    `where=` over f in [0, 8): the same points at every output point, by enumeration."""
+    x = te.placeholder((1, 2, 9, 9), "float64", name="x")
+    w = te.placeholder((4, 2, 3, 3), "float64", name="w")
+    y = nn.conv(x, w, (2, 2), (2, 2), (2, 2))
+    head = te.placeholder(y.shape, "float64", name="head")
+    (dpad,) = [t for t in _producers(ta.grad(y, [x], head=head)[0]) if t.op.name == "dconv_pad"]
+    red, data = _body(dpad), dpad.op.axis
+    assert not isinstance(red.axis[0].extent, Const)  # the gate
+    un = normalize.ungated(red)
+    assert isinstance(un.axis[0].extent, Const) and un.axis[0].extent.value == 4
+    assert [k.extent for k in un.axis[1:]] == [k.extent for k in red.axis[1:]]
+    assert normalize.ungated(un) is un
+    for a2, a3 in itertools.product(range(int(data[2].extent.value)), repeat=2):
+        env = {data[2]: const(a2), data[3]: const(a3)}
+        holds = bool(simplify(substitute(un.condition, env)).value)
+        assert _window_points(red, env) == (_window_points(un, env) if holds else set()), (a2, a3)

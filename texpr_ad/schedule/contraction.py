@@ -145,8 +145,10 @@ def single_sum(st: ComputeStage) -> Reduce | None:
 
 
 def normal_form(st: ComputeStage) -> SumOfProduct | None:
-    """The stage as a contraction `sum a * b` of two guarded reads, or None."""
+    """The stage as a contraction `sum a * b` of two guarded reads, or None; gated reduction
+    axes in the body become a `where=` (`normalize.ungated`)."""
     body = single_sum(st)
+    body = None if body is None else normalize.ungated(body)
     src = None if body is None else body.source[0]
     if body is not None and isinstance(src, Call) and src.op is Op.MUL and len(src.args) == 2:
         (x, y), axes = src.args, {*st.axes, *body.axis}

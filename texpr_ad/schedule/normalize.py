@@ -19,6 +19,10 @@ the guards became iteration bounds.  `boxed` turns them back into a guard over t
 hull of the windows (`r` in `[0, 3)`, guard `max(h - 10, 0) <= r < min(h + 1, 2) + 1`) when
 the hull is at most `BOX_MAX_RATIO` times the widest windows, so the sum is again a
 contraction with a guarded gather (the head convolved with the weight).
+
+A strided window's adjoint may come *gated* (`deriv.solver.invert(gate=True)`: a condition on
+the output point alone is the first reduction axis' extent `select(c, E, 0)`); `ungated` gives
+`normal_form` that sum as `where=c` over [lo, lo + E), the form the GEMM strategies take.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ import numpy as np
 
 from ..te.bounds import ENUMERATE_MAX, int_eval
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, Var, const
+from ..te.intrin import all as te_all
 from ..te.ops import Op
 from ..te.simplify import simplify
 from ..te.tensor import ComputeOp, PlaceholderOp
@@ -108,6 +113,28 @@ def folded(g: Guarded, cond: Expr | None = None) -> Guarded:
             break
         g = Guarded(_and(g.cond, p.cond), p.read, g.folded + p.folded)
     return Guarded(_and(cond, g.cond), g.read, g.folded)
+
+
+def ungated(body: Reduce) -> Reduce:
+    """`body` with each gated axis (extent `select(c, E, 0)`, an empty loop where c fails) over
+    [lo, lo + E) and `c` in its `where=`: the same sum.  A strided dilated convolution's input
+    gradient `sum_{f < select(j % 2 == 0, 8, 0), ry, rx}` is again `sum_{f < 8, ry, rx} where
+    j % 2 == 0`, whose sum over f `cpu.factor_contraction` pulls out (then `cpu_col2im`)."""
+    sub: dict[IterVar, IterVar] = {}  # the axes rebuilt (gated, or bounds on a rebuilt one)
+    conds = [body.condition]
+    for k in body.axis:
+        lo, ext = substitute(k.lo, sub), substitute(k.extent, sub)
+        match ext:
+            case Call(op=Op.SELECT, args=(c, e, z)) if _is_zero(z):
+                conds, ext = [*conds, c], e
+        if lo is not k.lo or ext is not k.extent:
+            sub[k] = IterVar(k.name, lo, ext, k.kind)
+    if not sub:
+        return body
+    cond = simplify(substitute(te_all(*conds), sub))
+    return Reduce(body.combiner, tuple(substitute(x, sub) for x in body.source),
+                  tuple(sub.get(k, k) for k in body.axis), cond, body.value_index, body.dtype,
+                  tuple(substitute(x, sub) for x in body.init))
 
 
 @dataclass(frozen=True)
