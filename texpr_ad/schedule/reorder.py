@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import replace
+from typing import Callable
 
 from ..deriv.solver import invert
 from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind, const
@@ -44,23 +45,31 @@ KINDS = (ReduceKind.SUM, ReduceKind.MAX, ReduceKind.MIN)  # reducers whose terms
 
 def tighten(st: ComputeStage) -> ComputeStage:
     """`st` with the affine `where=` conditions of its reductions folded into their ranges."""
+    got = _each_reduction(st, _tightened)
+    if got is None:
+        return st
+    bodies = got[1]
+    return replace(st, bodies=bodies, reduction=reduction_notes(bodies, st.axes), notes=(
+        *st.notes, "tightened: the affine where= conditions of its reduction are its loop range"))
+
+
+def _each_reduction(st: ComputeStage, rewrite: Callable[[Reduce], Reduce | None]
+                    ) -> tuple[dict[tuple, Reduce], tuple[Expr, ...]] | None:
+    """Each distinct reduction of `st` through `rewrite` (None: unchanged): the rewritten ones by
+    loop key and the bodies using them, or None where none changed."""
     done: dict[tuple, Reduce | None] = {}
     for r in (x for b in st.bodies for x in walk(b) if isinstance(x, Reduce)):
         if r.loop_key not in done:
-            done[r.loop_key] = _tightened(r)
+            done[r.loop_key] = rewrite(r)
     new = {k: v for k, v in done.items() if v is not None}
     if not new:
-        return st
+        return None
 
     def fn(x: Expr) -> Expr | None:
-        if isinstance(x, Reduce) and x.loop_key in new:
-            t = new[x.loop_key]
-            assert t is not None
-            return replace(t, value_index=x.value_index, dtype=x.dtype)
-        return None
-    bodies = tuple(transform(b, fn) for b in st.bodies)
-    return replace(st, bodies=bodies, reduction=reduction_notes(bodies, st.axes), notes=(
-        *st.notes, "tightened: the affine where= conditions of its reduction are its loop range"))
+        if not isinstance(x, Reduce) or x.loop_key not in new:
+            return None
+        return replace(new[x.loop_key], value_index=x.value_index, dtype=x.dtype)
+    return new, tuple(transform(b, fn) for b in st.bodies)
 
 
 def _tightened(r: Reduce) -> Reduce | None:
@@ -135,31 +144,23 @@ def collapse_reductions(st: ComputeStage) -> ComputeStage:
     dims of inputs, read through views with those dims merged (see the module docstring)."""
     views: dict[tuple[int, int], Tensor] = {}  # (id(viewed tensor), first merged dim) -> view
     bases: dict[int, Tensor] = {}  # id(view) -> the input it reshapes
-    done: dict[tuple, Reduce | None] = {}
-    for r in (x for b in st.bodies for x in walk(b) if isinstance(x, Reduce)):
-        if r.loop_key not in done:
-            c, nxt = None, _collapsed(r, views, bases)
-            while nxt is not None:
-                c, nxt = nxt, _collapsed(nxt, views, bases)
-            done[r.loop_key] = c
-    new = {k: v for k, v in done.items() if v is not None}
-    if not new:
-        return st
 
-    def fn(x: Expr) -> Expr | None:
-        if isinstance(x, Reduce) and x.loop_key in new:
-            t = new[x.loop_key]
-            assert t is not None
-            return replace(t, value_index=x.value_index, dtype=x.dtype)
-        return None
-    bodies = tuple(transform(b, fn) for b in st.bodies)
+    def merged(r: Reduce) -> Reduce | None:
+        c, nxt = None, _collapsed(r, views, bases)
+        while nxt is not None:
+            c, nxt = nxt, _collapsed(nxt, views, bases)
+        return c
+    got = _each_reduction(st, merged)
+    if got is None:
+        return st
+    new, bodies = got
     used = {id(x.tensor) for b in bodies for x in walk(b) if isinstance(x, Read)}
     kept = tuple((v, bases[id(v)]) for v in views.values() if id(v) in used)
     notes = [f"collapsed: reduction loops {' > '.join(a.name for a in key[2][len(r.axis) - 1:])}"
              f" run as one loop {r.axis[-1].name} of {r.axis[-1].extent}: they index whole "
              f"adjacent dims only, read through "
              f"{', '.join(f'{v.name} = {b.name}.reshape{_shape(v)}' for v, b in kept)}"
-             for key, r in new.items() if r is not None]
+             for key, r in new.items()]
     return with_cpu(replace(st, bodies=bodies, reduction=reduction_notes(bodies, st.axes),
                             notes=(*st.notes, *notes)), views=kept)
 
