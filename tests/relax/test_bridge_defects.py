@@ -1,7 +1,8 @@
 """Bridge defects met as a new user (issue 12, item 5), fixed in to_tvm, with regression tests.
 
 (a) A reduce axis whose bounds depend on an outer index reaches TVM 0.27 with a wrong block
-    domain (silently wrong results); to_tvm gives TVM the hull and guards the body.
+    domain (silently wrong results); to_tvm runs it from its own start: exactly over its window
+    when its bounds use data axes only, else over its widest window with a guard.
 (b) `==`/`!=` on bools do not compile in TVM's LLVM backend; to_tvm lowers them to And/Or/Not.
 """
 from __future__ import annotations
@@ -108,3 +109,20 @@ def test_bool_equality_compiles_for_llvm():
     a, b = RNG.normal(size=6), RNG.normal(size=6)
     (got,) = build([Y], [A, B])(a, b)
     np.testing.assert_array_equal(got, ((a > 0) == (b > 0)) * 1.0 + ((a > 0) != (b < 0)) * 2.0)
+
+
+def test_window_on_a_data_axis_with_a_symbolic_end():
+    """A window whose bounds use data axes only runs over its own extent (an empty one gives the
+    identity), so a symbolic end needs no static bound: a suffix sum, one build for n = 1 and 6
+    (it raised "no static bound" while such windows ran over their widest width)."""
+    n = te.var("n")
+    X = te.placeholder((n,), "float64", name="X")
+
+    def suffix(i):
+        k = te.IterVar("k", i, n - i, "reduce")
+        return te.sum(X[k], axis=k)
+
+    f = build([te.compute((n,), suffix, name="suffix")], [X])
+    for m in (1, 6):
+        xa = RNG.normal(size=m)
+        np.testing.assert_allclose(f(xa)[0], np.cumsum(xa[::-1])[::-1], rtol=1e-12)

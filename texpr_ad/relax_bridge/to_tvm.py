@@ -20,11 +20,13 @@ Semantic points the translation takes care of:
   source_k -> if_then_else(cond, source_k, identity_k), which is exact for any
   commutative reducer; and `init` becomes a second stage
   `out = combine(init, reduce(...))`.
-* Reduce axes whose bounds depend on enclosing data axes (or earlier reduce
-  axes) run from their own start over a static width (their largest extent), with
-  the end as a condition in the body: TVM 0.27 accepts such domains but computes them wrongly
-  (`static_reduce_range`).  Scatter loop nests are plain TIR `For`s, which take
-  dependent bounds correctly.
+* TVM 0.27 gets a reduce axis whose start depends on outer indices silently wrong, and never
+  initializes a reduction over an empty range.  So a reduce axis whose bounds use data axes only
+  runs exactly over its window as `lo + r`, r in `[0, extent)` (empty where a gated extent
+  `select(c, E, 0)` fails), and a second stage selects the identity where a window is empty
+  (`_reduction`); one whose bounds use earlier reduce axes runs from its own start over a static
+  width with the end as a guard (`static_reduce_range`).  Scatter loop nests are plain TIR
+  `For`s, which take dependent bounds correctly.
 * `==`/`!=` on bools become And/Or/Not (LLVM cannot compile them on i1); `&`/`|` whose right
   side reads a tensor become `if_then_else` (lazy, as in the IR, so a guard keeps a read out).
 * Reads and scatter targets te.bounds cannot prove in bounds (indices computed from data) are
@@ -366,16 +368,12 @@ class _Dag:
                 self.checks.setdefault(r, set()).update(dims)
 
 
-def _reduce_key(r: Reduce) -> tuple:
-    return r.loop_key
-
-
 def _compute(op: ComputeOp, dag: _Dag) -> list[Any]:
     """TVM tensors for each output of `op` (one TVM compute per reduction group)."""
     dag.check([(b, ()) for b in op.body])
     groups: dict[Any, list[int]] = {}
     for k, b in enumerate(op.body):
-        key = _reduce_key(b) if isinstance(b, Reduce) else ("plain",)
+        key = b.loop_key if isinstance(b, Reduce) else ("plain",)
         groups.setdefault(key, []).append(k)
     outs: list[Any] = [None] * len(op.body)
     for key, ks in groups.items():
@@ -406,15 +404,10 @@ def _plain(op: ComputeOp, ks: list[int], dag: _Dag, name: str) -> list[Any]:
 def static_reduce_range(a: IterVar, stage: str) -> tuple[Expr, Expr | None]:
     """`(width, guard)`: reduce axis `a` as `a = a.lo + r` with `r` over the static `[0, width)`,
     and the condition `a < a.lo + a.extent` that restores `a`'s own range (None when `a`'s
-    range is already static).
-
-    TVM 0.27's `create_prim_func` gets a reduce axis whose bounds depend on an outer index
-    (data axis or earlier reduce axis) silently wrong: the block domain subtracts the minimum
-    twice.  So such an axis runs from its own (dependent) start over the largest extent it takes
-    (`widest`, exact by enumeration over the outer indices, else their interval bound): the work
-    stays that of the window, not of the hull of all windows, and the end moves into the body,
-    like `where=`.
-    """
+    range is already static).  The width is the largest extent (`widest`, exact by enumeration
+    over the outer indices, else their interval bound), so the work is that of the widest
+    window, not of the hull of all windows.  `_reduction` uses it for bounds that use earlier
+    reduce axes (TVM's block domain subtracts a dependent minimum twice)."""
     outer = [v for x in (a.lo, a.extent) for v in walk(x) if isinstance(v, IterVar)]
     if not outer:
         return a.extent, None
@@ -451,59 +444,66 @@ def widest(extent: Expr) -> int | None:
 
 def _conj(conds: Sequence[Expr]) -> Expr:
     out = [c for c in conds if not (isinstance(c, Const) and c.value is True)]
-    res = out[0] if out else Const(True, "bool")
-    for c in out[1:]:
-        res = res & c
-    return res
+    return functools.reduce(operator.and_, out) if out else Const(True, "bool")
+
+
+def on_data(a: IterVar, data: Sequence[IterVar]) -> bool:
+    """Whether reduce axis `a`'s bounds use some of the data axes `data` and no other axis."""
+    used = [v for x in (a.lo, a.extent) for v in walk(x) if isinstance(v, IterVar)]
+    return bool(used) and all(v in data for v in used)
 
 
 def _reduction(op: ComputeOp, red: Reduce, dag: _Dag, name: str) -> list[Any]:
-    """One TVM compute for the (tuple) reduction `red`; `init` as a second stage."""
+    """One TVM compute for the (tuple) reduction `red`; a second stage applies `init` and, where
+    a reduce axis on data axes (`on_data`, run exactly) has an empty window, the identity: TVM
+    runs a block's `init` at its first iteration, so an empty one leaves its output unwritten."""
     tvm = _tvm()
     te, tirx = tvm.te, tvm.tirx
     shape = dag.translator({}, op.name).shape([a.extent for a in op.axis])
     n = len(red.source)
     dtypes = [s.dtype for s in red.source]
-    true = isinstance(red.condition, Const) and red.condition.value is True
+    exact = [a for a in red.axis if on_data(a, op.axis)]
 
     def fcompute(*ivs: Any) -> Any:
         env: dict[Expr, Any] = dict(zip(op.axis, ivs, strict=True))
         tr = dag.translator(env, op.name)
         raxes = []
         guards: list[Expr] = []
-        for a in red.axis:  # static ranges; bounds that use outer axes become guards
-            width, guard = static_reduce_range(a, op.name)
-            if guard is None:
-                lo_t = fit(tr(a.lo), INDEX64)
-                rv = te.reduce_axis((lo_t, lo_t + fit(tr(width), INDEX64)), name=a.name)
-                env[a] = rv.var
-            else:
-                rv = te.reduce_axis((0, fit(tr(width), INDEX64)), name=a.name)
-                env[a] = fit(tr(a.lo), INDEX64) + rv.var
+        for a in red.axis:  # from a's own start: TVM gets dependent minimums wrong
+            width, guard = (a.extent, None) if a in exact else static_reduce_range(a, op.name)
+            rv = te.reduce_axis((0, fit(tr(width), INDEX64)), name=a.name)
+            env[a] = fit(tr(a.lo), INDEX64) + rv.var
             raxes.append(rv)
             guards += [guard] if guard is not None else []
             tr = dag.translator(env, op.name)
         srcs = [fit(tr(s), d) for s, d in zip(red.source, dtypes, strict=True)]
-        if not true or guards:  # create_prim_func drops where=: select the identity instead
-            cond = tr(_conj([*guards, red.condition]))
-            srcs = [tirx.if_then_else(cond, s, fit(tr(i), d))
+        cond = _conj([*guards, red.condition])  # create_prim_func drops where=: select the identity
+        if not (isinstance(cond, Const) and cond.value is True):
+            srcs = [tirx.if_then_else(tr(cond), s, fit(tr(i), d))
                     for s, i, d in zip(srcs, red.combiner.identity, dtypes, strict=True)]
         res = tr.reducer(red.combiner)(tuple(srcs) if n > 1 else srcs[0], axis=raxes)
         return list(res) if n > 1 else res
 
-    out = te.compute(shape, fcompute, name=name if not red.init else f"{name}_noinit")
+    staged = bool(red.init or exact)
+    out = te.compute(shape, fcompute, name=f"{name}_part" if staged else name)
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
-    if not red.init:
+    if not staged:
         return outs
 
-    def fcombine(*ivs: Any) -> Any:  # out = combine(init, reduced)
+    def fcombine(*ivs: Any) -> Any:  # out = combine(init, reduced, or the identity if empty)
         env: dict[Expr, Any] = dict(zip(op.axis, ivs, strict=True))
-        env.update(zip(red.combiner.lhs, [fit(dag.translator(env, op.name)(i), d)
-                                          for i, d in zip(red.init, dtypes, strict=True)], strict=True))
-        env.update(zip(red.combiner.rhs, [o(*ivs) for o in outs], strict=True))
         tr = dag.translator(env, op.name)
-        res = [fit(tr(r), d) for r, d in zip(red.combiner.result, dtypes, strict=True)]
-        return res if n > 1 else res[0]
+        part = [o(*ivs) for o in outs]
+        if exact:
+            live = tr(_conj([a.extent > 0 for a in exact]))
+            part = [tirx.if_then_else(live, p, fit(tr(i), d))
+                    for p, i, d in zip(part, red.combiner.identity, dtypes, strict=True)]
+        if red.init:
+            init = [fit(tr(i), d) for i, d in zip(red.init, dtypes, strict=True)]
+            tr = dag.translator({**env, **dict(zip(red.combiner.lhs, init, strict=True)),
+                                 **dict(zip(red.combiner.rhs, part, strict=True))}, op.name)
+            part = [fit(tr(r), d) for r, d in zip(red.combiner.result, dtypes, strict=True)]
+        return part if n > 1 else part[0]
 
     out2 = te.compute(shape, fcombine, name=name)
     return list(out2) if isinstance(out2, (list, tuple)) else [out2]
@@ -517,7 +517,6 @@ def _scatter(op: ScatterOp, dag: _Dag) -> Any:
         if any(isinstance(x, Reduce) for x in walk(e)):
             raise TranslationError(f"scatter stage {op.name!r}: reductions inside a scatter are not "
                                    "supported; compute them in a stage of their own first")
-    srcs = op.inputs
     shape = dag.translator({}, op.name).shape(op.shape)
     parts = [(b, ()) for a in op.axis for b in (a.lo, a.extent)]
     for u in op.updates:  # index and value are evaluated only where the condition holds
@@ -526,7 +525,7 @@ def _scatter(op: ScatterOp, dag: _Dag) -> Any:
     checks = dag.checks
 
     def fcompute(ins: Any, outs: Any) -> Any:
-        bufs = {t: b for t, b in zip(srcs, ins, strict=True)}
+        bufs = dict(zip(op.inputs, ins, strict=True))
         out = outs[0]
 
         def load(r: Read, idx: list[Any]) -> Any:
@@ -560,7 +559,7 @@ def _scatter(op: ScatterOp, dag: _Dag) -> Any:
             body = tirx.For(v, lo, ext, tirx.ForKind.SERIAL, body)
         return tirx.SeqStmt([zero, body])
 
-    return te.extern(shape, [dag.tensor(t) for t in srcs], fcompute, name=op.name,
+    return te.extern(shape, [dag.tensor(t) for t in op.inputs], fcompute, name=op.name,
                      dtype=op.dtype)
 
 
