@@ -109,10 +109,10 @@ def test_vector_isa_names_the_widest_family():
 def test_bench_user_flag_runs_the_section(monkeypatch, capsys):
     from bench import __main__ as bench_main
     ran = []
-    monkeypatch.setattr(user_ops, "run", lambda names, quick, repeat: ran.append(
-        (names, quick, repeat)) or print("user op section"))
+    monkeypatch.setattr(user_ops, "run", lambda names, quick, repeat, inductor: ran.append(
+        (names, quick, repeat, inductor)) or print("user op section") or [])
     assert bench_main.main(["--only", "reduce_sum", "--quick", "--repeat", "1", "--no-compile",
-                            "--no-plain", "--no-jax", "--user"]) == 0
+                            "--no-plain", "--no-jax", "--no-inductor", "--user"]) == 0
     out = capsys.readouterr().out
-    assert out.index("reduce_sum") < out.index("user op section")
-    assert ran == [(list(USER_OPS), True, 1)]
+    assert out.index("reduce_sum") < out.index("user op section") < out.index("all rows")
+    assert ran == [(list(USER_OPS), True, 1, False)]
