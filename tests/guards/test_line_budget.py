@@ -18,7 +18,7 @@ BUDGET = {
     "te": 2800,
     "deriv": 1750,
     "ops": 2700,
-    "schedule": 3390,
+    "schedule": 3430,
     "kernels": 3470,
     "relax_bridge": 3149,
     "report": 1450,

@@ -69,7 +69,7 @@ from .contraction import Operand, Role, SumOfProduct, normal_form, product
 from .cpu_col2im import col2im_scatter
 from .cpu_invariants import hoist, workspace
 from .fuse import fuse
-from .reorder import collapse_reductions, reorder_reductions, static_size, tighten
+from .reorder import collapse_rows, reorder_reductions, static_size, tighten
 from .fuse import stage_reads as _reads
 from .loopnest import Place, refs
 from .nest import MIN_PARALLEL_CHUNKS, Expander, compute_stage
@@ -121,6 +121,7 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
     buffers = {r.name for r in refs(nest) if r.place is Place.ROW_BUFFER}
     stages = [st if st.name in buffers else workspace(st, outs, overrides.get(st.name, {}))
               for st in stages]
+    stages = collapse_rows(stages, nest, plan.inputs, set(overrides))
     return replace(plan, target="cpu", stages=tuple(stages), inlined=plan.inlined + dropped,
                    nest=nest)
 
@@ -293,7 +294,7 @@ def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
         lanes = _lanes(st)
         return _cpu(st, lanes=lanes) if lanes > 1 else st
     if not loop_keys:
-        st = collapse_reductions(reorder_reductions(st))
+        st = reorder_reductions(st)
     if ov.get("accumulate", not loop_keys):
         acc = _accumulate(st)
         if acc is not None:

@@ -28,15 +28,16 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import replace
-from typing import Callable
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator
 
 from ..deriv.solver import invert
 from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind, const
 from ..te.tensor import PlaceholderOp, Tensor
 from ..te.visit import substitute, transform, walk
+from .loopnest import Loop, LoopKind, Node, Place, refs
 from .nest import reduction_notes
-from .plan import ComputeStage, with_cpu
+from .plan import ComputeStage, Stage, with_cpu
 
 SHORT_ROW = 64  # terms one iteration of LLVM's widest float32 vector loop takes (16 lanes x 4)
 KINDS = (ReduceKind.SUM, ReduceKind.MAX, ReduceKind.MIN)  # reducers whose terms commute exactly
@@ -139,23 +140,68 @@ def static_size(shape: tuple[Expr, ...]) -> float:
     return n
 
 
-def collapse_reductions(st: ComputeStage) -> ComputeStage:
-    """`st` with each reduction's innermost axes merged while they index only whole adjacent
-    dims of inputs, read through views with those dims merged (see the module docstring)."""
-    views: dict[tuple[int, int], Tensor] = {}  # (id(viewed tensor), first merged dim) -> view
-    bases: dict[int, Tensor] = {}  # id(view) -> the input it reshapes
+def collapse_rows(stages: list[Stage], nest: tuple[Node, ...], inputs: tuple[Tensor, ...],
+                  keep: set[str]) -> list[Stage]:
+    """The stages with their reductions' short inner rows merged (`collapse_reductions`): the
+    last CPU rewrite, so fusion and hoisting saw the arrays, not views of them.  Views reshape
+    inputs and whole arrays (not row buffers); the members of a siblings loop merge alike or
+    keep their loops; stages in a row fold or chunk loop, or with an accumulation or split
+    strategy, or named in `keep` (overridden), keep theirs."""
+    rows = {r.name for r in refs(nest) if r.place is Place.ROW_BUFFER}
+    fixed = keep | {r.name for n in nest if isinstance(n, Loop) for m in _loops(n)
+             if m.kind in (LoopKind.ROW, LoopKind.CHUNKS) for r in refs((m,))}
+    ok = {id(t) for t in inputs} | {id(t) for st in stages if st.name not in rows
+                                    for t in (st.tensors if isinstance(st, ComputeStage)
+                                              else (st.tensor,)) if t is not None}
+    m = _Merge(ok)
+    out = {st.name: collapse_reductions(st, m) if isinstance(st, ComputeStage) and st.cpu
+           is not None and st.name not in fixed and st.cpu.accumulate is None and
+           st.cpu.contraction is None and st.cpu.split is None else st for st in stages}
+    for n in nest:
+        for g in (_loops(n) if isinstance(n, Loop) else ()):
+            names = [r.name for r in refs((g,))]
+            if g.kind is LoopKind.SIBLINGS and len({_reduce_axes(out[k]) for k in names}) > 1:
+                out.update({k: st for st in stages if (k := st.name) in names})
+    return [out[st.name] for st in stages]
 
+
+def _loops(n: Loop) -> Iterator[Loop]:
+    yield n
+    for b in n.body:
+        if isinstance(b, Loop):
+            yield from _loops(b)
+
+
+def _reduce_axes(st: Stage) -> tuple[int, ...]:
+    return tuple(id(a) for b in getattr(st, "bodies", ()) for x in walk(b)
+                 if isinstance(x, Reduce) for a in x.axis)
+
+
+@dataclass
+class _Merge:
+    """What the merges of one plan share: the arrays a view may reshape (ids), the merged axis
+    of each pair (siblings' loops stay one), each view, and the array each view reshapes."""
+
+    ok: set[int]
+    axes: dict[tuple[int, int], IterVar] = field(default_factory=dict)
+    views: dict[tuple[int, int], Tensor] = field(default_factory=dict)  # (id(viewed), dim) ->
+    bases: dict[int, Tensor] = field(default_factory=dict)  # id(view) -> the array it reshapes
+
+
+def collapse_reductions(st: ComputeStage, m: _Merge) -> ComputeStage:
+    """`st` with each reduction's innermost axes merged while they index only whole adjacent
+    dims of arrays in `m.ok`, read through views with those dims merged (module docstring)."""
     def merged(r: Reduce) -> Reduce | None:
-        c, nxt = None, _collapsed(r, views, bases)
+        c, nxt = None, _collapsed(r, m)
         while nxt is not None:
-            c, nxt = nxt, _collapsed(nxt, views, bases)
+            c, nxt = nxt, _collapsed(nxt, m)
         return c
     got = _each_reduction(st, merged)
     if got is None:
         return st
     new, bodies = got
     used = {id(x.tensor) for b in bodies for x in walk(b) if isinstance(x, Read)}
-    kept = tuple((v, bases[id(v)]) for v in views.values() if id(v) in used)
+    kept = tuple((v, m.bases[id(v)]) for v in m.views.values() if id(v) in used)
     notes = [f"collapsed: reduction loops {' > '.join(a.name for a in key[2][len(r.axis) - 1:])}"
              f" run as one loop {r.axis[-1].name} of {r.axis[-1].extent}: they index whole "
              f"adjacent dims only, read through "
@@ -165,10 +211,9 @@ def collapse_reductions(st: ComputeStage) -> ComputeStage:
                             notes=(*st.notes, *notes)), views=kept)
 
 
-def _collapsed(r: Reduce, views: dict[tuple[int, int], Tensor], bases: dict[int, Tensor]
-               ) -> Reduce | None:
+def _collapsed(r: Reduce, m: _Merge) -> Reduce | None:
     """`r` with its two innermost axes a > b merged into one, or None where a or b is used
-    other than as dims d, d + 1 of an input read over the whole of both."""
+    other than as dims d, d + 1 of a read of an array in `m.ok` over the whole of both."""
     if len(r.axis) < 2:
         return None
     a, b = r.axis[-2:]
@@ -178,23 +223,26 @@ def _collapsed(r: Reduce, views: dict[tuple[int, int], Tensor], bases: dict[int,
             v is a or v is b for e in (r.condition, *r.init) for v in walk(e)):
         return None
     ea, eb = int(ext[0]), int(ext[1])  # type: ignore[arg-type]
-    ab = IterVar(f"{a.name}_{b.name}", const(0), const(ea * eb), kind="reduce")
+    ab = m.axes.get((id(a), id(b)))
+    if ab is None:
+        ab = IterVar(f"{a.name}_{b.name}", const(0), const(ea * eb), kind="reduce")
     made: dict[tuple[int, int], Tensor] = {}
 
     def fn(x: Expr) -> Expr | None:
-        if not isinstance(x, Read) or not isinstance(x.tensor.op, PlaceholderOp):
+        if not isinstance(x, Read) or id(x.tensor) not in m.ok | m.bases.keys():
             return None
         for d in range(x.tensor.ndim - 1):
             if x.indices[d] is a and x.indices[d + 1] is b and _whole(x.tensor, d, ea, eb):
                 key = (id(x.tensor), d)
-                v = made.get(key) or views.get(key) or _view(x.tensor, d, bases)
-                made[key] = v
+                v = made.get(key, m.views.get(key))
+                made[key] = v = _view(x.tensor, d, m.bases) if v is None else v
                 return Read(v, (*x.indices[:d], ab, *x.indices[d + 2:]), x.dtype)
         return None
     source = tuple(transform(e, fn) for e in r.source)
     if any(v is a or v is b for e in source for v in walk(e)):
         return None
-    views.update(made)
+    m.views.update(made)
+    m.axes[id(a), id(b)] = ab
     return replace(r, axis=(*r.axis[:-2], ab), source=source)
 
 
@@ -203,10 +251,10 @@ def _whole(t: Tensor, d: int, ea: int, eb: int) -> bool:
 
 
 def _view(t: Tensor, d: int, bases: dict[int, Tensor]) -> Tensor:
-    """A placeholder for `t` (an input or a view of one) with dims d and d + 1 merged."""
+    """A placeholder for `t` (an array or a view of one) with dims d and d + 1 merged."""
     shape = (*t.shape[:d], const(int(t.shape[d].value) * int(t.shape[d + 1].value)),  # type: ignore[attr-defined]
              *t.shape[d + 2:])
-    v = Tensor(PlaceholderOp(f"{t.name}_flat", shape, t.dtype), 0, shape, t.dtype)
+    v = Tensor(PlaceholderOp(f"{t.name}_flat", shape, t.dtype), 0, shape, t.dtype)  # a view
     bases[id(v)] = bases.get(id(t), t)
     return v
 
