@@ -120,3 +120,28 @@ def test_unsupported_optimizer_is_refused_before_compiling() -> None:
     with pytest.raises(TorchTrainError, match="model must be a torch.nn.Module"):
         train_torch(lambda x: x, torch.randn(2, 3), F.cross_entropy,
                     torch.optim.SGD(model.parameters(), lr=1.0))
+
+
+class _Gated(torch.nn.Module):
+    """A parameter read only in a condition (and one not read at all): PyTorch leaves their
+    .grad None, which means a zero gradient."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.fc = torch.nn.Linear(3, 4)
+        self.gate = torch.nn.Parameter(torch.randn(4))
+        self.unused = torch.nn.Parameter(torch.randn(2))
+
+    def forward(self, x):
+        y = self.fc(x)
+        return torch.where(self.gate > 0, y, -y)
+
+
+def test_parameters_without_a_torch_gradient_compare_as_zero() -> None:
+    model = _Gated()
+    x, t = torch.randn(5, 3), torch.tensor([0, 3, 1, 1, 2])
+    trainer = train_torch(model, x, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1),
+                          example_targets=t)
+    errors = trainer.gradient_errors
+    assert {"gate", "unused"} <= set(errors) and max(errors.values()) < 1e-4, errors

@@ -225,9 +225,10 @@ class TorchTrainer:
             w = w.detach().numpy()
             if w.dtype.kind == "f" and _rel(got.numpy(), w, 1.0) > FORWARD_RTOL:
                 raise TorchTrainError(self._forward_mismatch(name, _args))
-        floor = ZERO_GRAD * max(float(p.grad.abs().max()) for p in leaves)
-        errors = {k: _rel(g.numpy(), p.grad.numpy(), max(floor, 1e-30))
-                  for k, g, p in zip(self.param_names, grads, leaves)}
+        ref = [torch.zeros_like(p) if p.grad is None else p.grad for p in leaves]  # None: unused
+        floor = ZERO_GRAD * max(float(g.abs().max()) for g in ref)
+        errors = {k: _rel(g.numpy(), r.numpy(), max(floor, 1e-30))
+                  for k, g, r in zip(self.param_names, grads, ref)}
         bad = {k: e for k, e in errors.items() if e > GRAD_RTOL}
         if bad:
             k = max(bad, key=bad.get)  # type: ignore[arg-type]
