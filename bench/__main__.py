@@ -38,7 +38,9 @@ machine load; JAX is timed in its own loop right after (its threads spin on afte
 slowed whichever call came next).
 
 Compile times: "cold" builds in a fresh subprocess with an empty `TEXPR_CACHE_DIR`; "warm" does
-it again in a second process sharing the folder.  The fwd row is the forward kernel, the step
+it again in a second process sharing the folder; "ind cold", "ind warm" the same for
+`torch.compile` (an empty `TORCHINDUCTOR_CACHE_DIR`; its inference graph, then its training
+graph), on the registry rows.  The fwd row is the forward kernel, the step
 row the vjp pair (build + first forward + first backward); each minus one steady call.
 
 The summary gives the geometric mean texpr_ad / torch of each comparison over the registry rows
@@ -244,8 +246,35 @@ def run_workload(name: str, quick: bool, repeat: int, target: str, with_plain: b
     return rows
 
 
-def compile_probe(names: Sequence[str], quick: bool, target: str) -> None:
-    """Print one JSON line per formulation: seconds to the first result, minus one steady call."""
+def _first(make: Callable[[], Call]) -> float:
+    """Seconds from nothing to the first result of the call `make` returns, minus a steady call."""
+    t0 = time.perf_counter()
+    call = make()
+    call()
+    t1 = time.perf_counter()
+    call()
+    return (t1 - t0) - (time.perf_counter() - t1)
+
+
+def _inductor_probes(w: Any, g: np.ndarray) -> dict[str, Callable[[], Call]]:
+    """torch.compile of the workload's PyTorch function: its first inference call, then its
+    first training step (a second graph)."""
+    import torch
+    ts = [torch.from_numpy(a.copy()) for a in w.arrays]
+    xs = [t.detach().requires_grad_(True) if k in w.float_inputs else t for k, t in enumerate(ts)]
+    diff, gt, f = [xs[k] for k in w.float_inputs], torch.from_numpy(g), torch.compile(w.torch_fn)
+
+    def fwd() -> Any:
+        with torch.no_grad():
+            return f(*ts)
+    return {"ind_fwd": lambda: fwd, "ind_step": lambda: lambda: torch.autograd.grad(
+        f(*xs), diff, gt)}
+
+
+def compile_probe(names: Sequence[str], quick: bool, target: str, inductor: bool) -> None:
+    """Print one JSON line per formulation: seconds to the first result, minus one steady call
+    (texpr_ad's forward kernel and vjp pair; with `inductor`, torch.compile's too, once per
+    workload)."""
     set_threads()
     from bench import plain
     from bench.vjp import vjp
@@ -253,34 +282,42 @@ def compile_probe(names: Sequence[str], quick: bool, target: str) -> None:
     for name in names:
         w = plain.make(name, quick)
         g = head(out_shape(w))
-        out: dict[str, Any] = {"name": name}
-        try:
-            t0 = time.perf_counter()
+
+        def texpr_fwd() -> Call:
             k = ta.build([w.output], list(w.inputs), target=target)
-            k(*w.arrays)
-            t1 = time.perf_counter()
-            k(*w.arrays)
-            out["fwd"] = (t1 - t0) - (time.perf_counter() - t1)
-            t0 = time.perf_counter()
+            return lambda: k(*w.arrays)
+
+        def texpr_step() -> Call:
             fwd, bwd = vjp([w.output], list(w.inputs), target)
-            bwd(fwd(*w.arrays)[1], g)
-            t1 = time.perf_counter()
-            bwd(fwd(*w.arrays)[1], g)
-            out["step"] = (t1 - t0) - (time.perf_counter() - t1)
-        except Exception as e:  # noqa: BLE001 - the timing table reports the error
-            out["error"] = short(e)
+            return lambda: bwd(fwd(*w.arrays)[1], g)
+        probes = {"fwd": texpr_fwd, "step": texpr_step}
+        if inductor and not name.endswith(":plain"):
+            probes.update(_inductor_probes(w, g))
+        out: dict[str, Any] = {"name": name}
+        for key, make in probes.items():
+            try:
+                out[key] = _first(make)
+            except Exception as e:  # noqa: BLE001 - the timing table reports the error
+                out.setdefault("error", short(e))
         print(json.dumps(out), flush=True)
 
 
-def compile_times(names: Sequence[str], quick: bool, target: str) -> dict[str, dict[str, float]]:
-    """{name: {cold_fwd, cold_step, warm_fwd, warm_step}} from two fresh subprocesses."""
+PROBED = ("fwd", "step", "ind_fwd", "ind_step")
+
+
+def compile_times(names: Sequence[str], quick: bool, target: str, inductor: bool = False
+                  ) -> dict[str, dict[str, float]]:
+    """{name: {cold_fwd, cold_step, warm_fwd, warm_step, and cold_ind_fwd ... with `inductor`}}
+    from two fresh subprocesses sharing empty texpr_ad and Inductor caches."""
     out: dict[str, dict[str, float]] = {n: {} for n in names}
     with tempfile.TemporaryDirectory(prefix="texpr_bench_cache_") as d:
-        env = dict(os.environ, TEXPR_CACHE_DIR=d)
+        env = dict(os.environ, TEXPR_CACHE_DIR=d,
+                   TORCHINDUCTOR_CACHE_DIR=os.path.join(d, "inductor"))
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         cmd = [sys.executable, "-m", "bench", "--compile-probe", "--only", ",".join(names),
-               "--target", target] + (["--quick"] if quick else [])
+               "--target", target] + (["--quick"] if quick else []) + (
+                   [] if inductor else ["--no-inductor"])
         for phase in ("cold", "warm"):
             res = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=root)
             if res.returncode != 0:
@@ -289,9 +326,7 @@ def compile_times(names: Sequence[str], quick: bool, target: str) -> dict[str, d
             for line in res.stdout.splitlines():
                 if line.startswith("{"):
                     r = json.loads(line)
-                    for c in ("fwd", "step"):
-                        if c in r:
-                            out[r["name"]][f"{phase}_{c}"] = r[c]
+                    out[r["name"]].update({f"{phase}_{c}": r[c] for c in PROBED if c in r})
     return out
 
 
@@ -310,7 +345,7 @@ def _sec(t: float | None) -> str:
 NAME_W = 24
 HEADER = (f"{'workload':<{NAME_W}} {'':<4} {'texpr ms':>9} {'torch ms':>9} {'ratio':>6} "
           f"{'(min)':>6} {'ind ms':>9} {'t/ind':>6} {'max rel err':>11} {'jax ms':>9} "
-          f"{'t/jax':>6} {'cold s':>7} {'warm s':>7}")
+          f"{'t/jax':>6} {'cold s':>7} {'warm s':>7} {'ind cold':>8} {'ind warm':>8}")
 
 
 def print_row(r: dict[str, Any], comp: dict[str, dict[str, float]]) -> None:
@@ -327,7 +362,8 @@ def print_row(r: dict[str, Any], comp: dict[str, dict[str, float]]) -> None:
               f"{ms(t['ind'])} {ratio(t['t'], t['ind'])} "
               f"{'-' if err is None else f'{err:.1e}':>11} {ms(t['jax'])} "
               f"{ratio(t['t'], t['jax'])} {_sec(c_.get(f'cold_{c}'))} "
-              f"{_sec(c_.get(f'warm_{c}'))}")
+              f"{_sec(c_.get(f'warm_{c}'))} {_sec(c_.get(f'cold_ind_{c}')):>8} "
+              f"{_sec(c_.get(f'warm_ind_{c}')):>8}")
     if "inductor" in r["errors"]:
         print(f"{'':<{NAME_W}} ! inductor not timed: {r['errors']['inductor'][:120]}")
     sys.stdout.flush()
@@ -407,6 +443,21 @@ def print_overall(rows: list[dict[str, Any]], user_rows: list[dict[str, Any]]) -
               + (", ".join(f"{n} {x:.2f}x" for x, n in over) if over else "none"))
 
 
+def print_compile_summary(comp: dict[str, dict[str, float]]) -> None:
+    """Geomean seconds to the first result, cold and warm, of texpr_ad and torch.compile over the
+    registry rows that have both."""
+    rows = [c for n, c in comp.items() if not n.endswith(":plain") and "cold_ind_step" in c]
+    if not rows:
+        return
+    print(f"\nfirst call, geomean s over {len(rows)} workloads (fwd / step):")
+    for side, pre in (("texpr_ad", ""), ("torch.compile", "ind_")):
+        cells = [f"{ph} " + " / ".join(
+            f"{geomean([max(r[f'{ph}_{pre}{c}'], 1e-3) for r in rows]):.2f}" for c in
+            ("fwd", "step")) for ph in ("cold", "warm") if all(
+                f"{ph}_{pre}{c}" in r for r in rows for c in ("fwd", "step"))]
+        print(f"  {side:<14} " + "; ".join(cells))
+
+
 def blas_line(torch: Any) -> str:
     """Which matrix-product kernels each side runs (an environment's OPENBLAS_CORETYPE changes
     NumPy's BLAS; float32 contractions run on texpr_ad's own kernel where it is enabled)."""
@@ -451,7 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bad:
         ap.error(f"unknown workload(s) {bad}; choose from {', '.join(WORKLOADS)}")
     if a.compile_probe:
-        compile_probe(names, a.quick, a.target)
+        compile_probe(names, a.quick, a.target, not a.no_inductor)
         return 0
     names = list(dict.fromkeys(n.removesuffix(":plain") for n in names))
     set_threads()
@@ -465,7 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(cpu_line(torch))
     print(blas_line(torch))
     probe = names + ([n + ":plain" for n in names] if a.plain else [])
-    comp = {} if a.no_compile else compile_times(probe, a.quick, a.target)
+    comp = {} if a.no_compile else compile_times(probe, a.quick, a.target, not a.no_inductor)
     print(HEADER)
     print("-" * len(HEADER), flush=True)
     rows: list[dict[str, Any]] = []
@@ -475,6 +526,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print_row(r, comp)
         rows.extend(got)
     print_summary(rows)
+    print_compile_summary(comp)
     if a.user:
         from bench import user_ops
         print()

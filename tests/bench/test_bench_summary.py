@@ -50,3 +50,19 @@ def test_overall_summary_takes_every_row_and_names_those_above_1_5x_inductor(cap
     assert ind.split()[1:4] == ["0.50", "1.59", "-"] and ind.split()[-1] == "1/3/0"
     assert any(line.strip() == "step above 1.5x Inductor: a 2.00x, a:plain 2.00x" for line in out)
     assert any(line.strip() == "fwd above 1.5x Inductor: none" for line in out)
+
+
+def test_compile_summary_compares_first_calls_with_torch_compile(capsys):
+    from bench.__main__ import print_compile_summary
+    comp = {"a": {"cold_fwd": 2.0, "cold_step": 8.0, "warm_fwd": 0.5, "warm_step": 1.0,
+                  "cold_ind_fwd": 4.0, "cold_ind_step": 2.0, "warm_ind_fwd": 1.0,
+                  "warm_ind_step": 1.0},
+            "b": {"cold_fwd": 8.0, "cold_step": 2.0, "warm_fwd": 2.0, "warm_step": 4.0,
+                  "cold_ind_fwd": 1.0, "cold_ind_step": 8.0, "warm_ind_fwd": 1.0,
+                  "warm_ind_step": 4.0},
+            "a:plain": {"cold_fwd": 100.0, "cold_step": 100.0}}  # plain rows: no Inductor
+    print_compile_summary(comp)
+    out = capsys.readouterr().out
+    assert "over 2 workloads" in out
+    assert "texpr_ad       cold 4.00 / 4.00; warm 1.00 / 2.00" in out, out
+    assert "torch.compile  cold 2.00 / 4.00; warm 1.00 / 2.00" in out, out

@@ -57,3 +57,18 @@ def test_bench_gemm_runs_every_product():
     from bench.gemm import CASES
     for name, *_ in CASES:
         assert any(line.startswith(name + " ") for line in res.stdout.splitlines()), name
+
+
+def test_compile_probe_times_texpr_and_torch_compile_first_calls():
+    """The child `compile_times` runs: one JSON line per formulation, Inductor's on registry rows."""
+    import json
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    res = subprocess.run([sys.executable, "-m", "bench", "--compile-probe", "--quick", "--only",
+                          "reduce_sum,reduce_sum:plain"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = {r["name"]: r for r in map(json.loads, res.stdout.splitlines()) if "name" in r}
+    assert set(got["reduce_sum"]) == {"name", "fwd", "step", "ind_fwd", "ind_step"}, got
+    assert set(got["reduce_sum:plain"]) == {"name", "fwd", "step"}, got
+    assert all(got["reduce_sum"][k] > 0 for k in ("ind_fwd", "ind_step")), got
