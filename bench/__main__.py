@@ -56,7 +56,7 @@ registry, plain and user-op rows together: geomean texpr/eager and texpr/Inducto
 and every row above 1.5x Inductor.
 
 Options: --only NAME[,NAME], --repeat N, --target cpu|cuda, --quick, --no-compile, --no-plain,
---no-inductor, --user, --overhead.
+--no-inductor, --inductor-simdlen BITS, --user, --overhead.
 """
 from __future__ import annotations
 
@@ -95,6 +95,25 @@ def set_threads() -> None:
     import torch
     torch.set_num_threads(THREADS)
     numba.set_num_threads(THREADS)
+    if os.environ.get(SIMDLEN):  # Inductor's vector width (`--inductor-simdlen`)
+        import torch._inductor.config as inductor_config
+        inductor_config.cpp.simdlen = int(os.environ[SIMDLEN])
+
+
+SIMDLEN = "TEXPR_BENCH_INDUCTOR_SIMDLEN"
+FORCED_AVX2 = ("NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES= OPENBLAS_CORETYPE=Haswell "
+               "ATEN_CPU_CAPABILITY=avx2 ... --inductor-simdlen 256")
+
+
+def add_simdlen_option(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--inductor-simdlen", type=int, metavar="BITS",
+                    help="torch.compile's CPU vector width (256: AVX2 code on an AVX-512 host; "
+                         f"every side on AVX2: {FORCED_AVX2})")
+
+
+def apply_simdlen(bits: int | None) -> None:
+    if bits:
+        os.environ[SIMDLEN] = str(bits)  # read by set_threads, here and in the probes
 
 
 def paired_times(*fns: Call, repeat: int, warmup: int = 2) -> list[tuple[float, float]]:
@@ -495,8 +514,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="then the user-op section (bench/user_ops.py: te vs eager vs torch.compile)")
     ap.add_argument("--overhead", action="store_true",
                     help="then the per-call overhead of a torch op on 1000 floats (bench/overhead.py)")
+    add_simdlen_option(ap)
     ap.add_argument("--compile-probe", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    apply_simdlen(a.inductor_simdlen)
     names = list(WORKLOADS) if not a.only else [n.strip() for n in a.only.split(",") if n.strip()]
     bad = [n for n in names if n.removesuffix(":plain") not in WORKLOADS]
     if bad:

@@ -27,7 +27,8 @@ by more than `MISMATCH` (and ten times torch's error) is reported as a mismatch;
 that far off is reported too and Inductor is not timed for that operator (torch.compile's CPU code
 under `ATEN_CPU_CAPABILITY=avx2` on an AVX-512 host computed wrong values here).
 
-Options: --only NAME[,NAME], --repeat N, --quick, --no-inductor, --cold, --device cpu|cuda.
+Options: --only NAME[,NAME], --repeat N, --quick, --no-inductor, --inductor-simdlen BITS, --cold,
+--device cpu|cuda.
 """
 from __future__ import annotations
 
@@ -43,8 +44,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from bench.__main__ import (COMPARISONS, THREADS, blas_line, geomean, head, ms, paired_times,
-                            ratio, set_threads, short)
+from bench.__main__ import (COMPARISONS, THREADS, add_simdlen_option, apply_simdlen, blas_line,
+                            geomean, head, ms, paired_times, ratio, set_threads, short)
 from bench.user_defs import USER_OPS, UserOp
 
 SIDES = ("texpr", "eager", "inductor")
@@ -302,7 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "setup s is a cold compile")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="where the tensors live (cuda: texpr_ad's CUDA kernels against torch CUDA)")
+    add_simdlen_option(ap)
     a = ap.parse_args(argv)
+    apply_simdlen(a.inductor_simdlen)
     names = list(USER_OPS) if not a.only else [n.strip() for n in a.only.split(",") if n.strip()]
     bad = [n for n in names if n not in USER_OPS]
     if bad:
