@@ -201,3 +201,26 @@ def test_an_intermediate_is_viewed_whole_but_not_as_a_row_buffer(batch):
     (got,) = ta.build([s], [x], plan_overrides=ov)(xs)
     want = (np.exp(xs.astype(np.float64)) + xs[:, :1, :1, :1]).sum((1, 2, 3))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_elementwise_short_rows_write_and_read_through_views():
+    """An elementwise stage over x[n, c, h, w] with rows of 9: one loop over h * w, written
+    through a view of its own (whole, 4-d) array; a read of the inner axis alone keeps the
+    loops."""
+    x = te.placeholder((4, 64, 14, 9), "float32", name="x")
+    s = te.placeholder((64,), "float32", name="s")
+    wv = te.placeholder((9,), "float32", name="wv")
+    y = te.compute(x.shape, lambda n, c, h, w: x[n, c, h, w] * 2.0 + s[c], name="y")
+    z = te.compute(x.shape, lambda n, c, h, w: x[n, c, h, w] * wv[w], name="z")
+    r = np.random.default_rng(13)
+    xs, ss, ws = (r.standard_normal(t.shape and [int(d.value) for d in t.shape]).astype("f4")
+                  for t in (x, s, wv))
+    py, pz = plan_kernel([y], [x, s]), plan_kernel([z], [x, wv])
+    assert [a.name for a in py.stage("y").order][-1] == "h_w", str(py)
+    assert "collapsed: loops h > w run as one loop h_w of 126" in str(py)
+    assert [a.name for a in pz.stage("z").order][-2:] == ["h", "w"], str(pz)
+    (got,) = ta.build([y], [x, s])(xs, ss)
+    assert got.shape == xs.shape
+    np.testing.assert_array_equal(got, xs * np.float32(2.0) + ss[:, None, None])
+    (got,) = ta.build([z], [x, wv])(xs, ws)
+    np.testing.assert_array_equal(got, xs * ws)

@@ -87,13 +87,16 @@ class CPURender(CPUFold):
         self.loops_and_body(st, depth, serial)
 
     def allocate(self, depth: int, st: ComputeStage, axes: Sequence[IterVar]) -> None:
-        """`np.empty` for the stage's tensors (a workspace argument needs none), and the views
-        of inputs it reads reshaped."""
+        """`np.empty` for the stage's tensors (a workspace argument needs none; a tensor written
+        through a view: the whole array it views), then the views it writes and reads."""
+        views = st.cpu.views if st.cpu is not None else ()
+        whole = {id(v): t for v, t in views}
         for t, b in zip(st.tensors, st.bodies, strict=True):
-            if t is not None and id(t) not in self.ws:
-                self.emit(depth, f"{self.tensor(t)} = np.empty({self.shape([a.extent for a in axes])}, "
-                                 f"dtype=np.{_np_dtype(b.dtype)})")
-        for v, base in st.cpu.views if st.cpu is not None else ():
+            if t is not None and id(whole.get(id(t), t)) not in self.ws:
+                shape = whole[id(t)].shape if id(t) in whole else [a.extent for a in axes]
+                self.emit(depth, f"{self.tensor(whole.get(id(t), t))} = np.empty("
+                                 f"{self.shape(list(shape))}, dtype=np.{_np_dtype(b.dtype)})")
+        for v, base in views:
             self.names.by_key[("t", id(v))] = name = self.names.fresh(v.name)
             self.emit(depth, f"{name} = {self.tensor(base)}.reshape({self.shape(list(v.shape))})")
 

@@ -155,9 +155,11 @@ def collapse_rows(stages: list[Stage], nest: tuple[Node, ...], inputs: tuple[Ten
                                     for t in (st.tensors if isinstance(st, ComputeStage)
                                               else (st.tensor,)) if t is not None}
     m = _Merge(ok)
-    out = {st.name: collapse_reductions(st, m) if isinstance(st, ComputeStage) and st.cpu
-           is not None and st.name not in fixed and st.cpu.accumulate is None and
-           st.cpu.contraction is None and st.cpu.split is None else st for st in stages}
+    out = {st.name: (collapse_reductions(st, m) if _reduces(st) else
+                     collapse_data_rows(st, m) if st.name not in rows else st)
+           if isinstance(st, ComputeStage) and st.cpu is not None and st.name not in fixed and
+           st.cpu.accumulate is None and st.cpu.contraction is None and st.cpu.split is None
+           else st for st in stages}
     for n in nest:
         for g in (_loops(n) if isinstance(n, Loop) else ()):
             names = [r.name for r in refs((g,))]
@@ -171,6 +173,34 @@ def _loops(n: Loop) -> Iterator[Loop]:
     for b in n.body:
         if isinstance(b, Loop):
             yield from _loops(b)
+
+
+def _reduces(st: ComputeStage) -> bool:
+    return any(isinstance(x, Reduce) for b in st.bodies for x in walk(b))
+
+
+def collapse_data_rows(st: ComputeStage, m: _Merge) -> ComputeStage:
+    """Elementwise `st` with its two innermost (serial) loops merged when they are adjacent dims
+    of its arrays, short, and index only whole adjacent dims of what it reads: it writes and
+    reads through views (its own arrays are allocated whole, then viewed)."""
+    serial = st.order[st.fused if st.parallel else 0:]
+    if len(serial) < 2 or any(t is None for t in st.tensors):
+        return st
+    a, b = serial[-2:]
+    d = next((k for k in range(len(st.axes) - 1) if st.axes[k] is a and st.axes[k + 1] is b), -1)
+    got = _merged(a, b, st.bodies, m) if d >= 0 else None
+    if got is None:
+        return st
+    ab, bodies = got
+    own = [_view(t, d, m.bases) for t in st.tensors]  # type: ignore[arg-type]
+    used = {id(x.tensor) for e in bodies for x in walk(e) if isinstance(x, Read)}
+    views = tuple((v, m.bases[id(v)]) for v in m.views.values() if id(v) in used)
+    note = (f"collapsed: loops {a.name} > {b.name} run as one loop {ab.name} of {ab.extent}: "
+            f"they index whole adjacent dims only, written and read through views")
+    return with_cpu(replace(st, tensors=tuple(own), bodies=bodies,
+                            axes=(*st.axes[:d], ab, *st.axes[d + 2:]),
+                            order=(*st.order[:-2], ab), notes=(*st.notes, note)),
+                    views=(*zip(own, st.tensors), *views))
 
 
 def _reduce_axes(st: Stage) -> tuple[int, ...]:
@@ -213,20 +243,27 @@ def collapse_reductions(st: ComputeStage, m: _Merge) -> ComputeStage:
 
 
 def _collapsed(r: Reduce, m: _Merge) -> Reduce | None:
-    """`r` with its two innermost axes a > b merged into one, or None where a or b is used
-    other than as dims d, d + 1 of a read of an array in `m.ok` over the whole of both."""
-    if len(r.axis) < 2:
+    """`r` with its two innermost axes merged into one (`_merged`), or None."""
+    if len(r.axis) < 2 or any(v is x for x in r.axis[-2:] for e in (r.condition, *r.init)
+                              for v in walk(e)):
         return None
-    a, b = r.axis[-2:]
+    got = _merged(r.axis[-2], r.axis[-1], r.source, m)
+    return None if got is None else replace(r, axis=(*r.axis[:-2], got[0]), source=got[1])
+
+
+def _merged(a: IterVar, b: IterVar, exprs: tuple[Expr, ...], m: _Merge
+            ) -> tuple[IterVar, tuple[Expr, ...]] | None:
+    """One axis for the loops a > b and `exprs` reading through views with it, or None where a
+    or b is used other than as dims d, d + 1 of a read of an array in `m.ok` over the whole of
+    both, or the inner loop is not short."""
     ext = [x.extent.value if isinstance(x.extent, Const) and isinstance(x.lo, Const)
            and x.lo.value == 0 else None for x in (a, b)]
-    if None in ext or ext[1] >= SHORT_ROW or any(  # type: ignore[operator]
-            v is a or v is b for e in (r.condition, *r.init) for v in walk(e)):
+    if None in ext or ext[1] >= SHORT_ROW:  # type: ignore[operator]
         return None
     ea, eb = int(ext[0]), int(ext[1])  # type: ignore[arg-type]
     ab = m.axes.get((id(a), id(b)))
     if ab is None:
-        ab = IterVar(f"{a.name}_{b.name}", const(0), const(ea * eb), kind="reduce")
+        ab = IterVar(f"{a.name}_{b.name}", const(0), const(ea * eb), kind=b.kind)
     made: dict[tuple[int, int], Tensor] = {}
 
     def fn(x: Expr) -> Expr | None:
@@ -239,12 +276,12 @@ def _collapsed(r: Reduce, m: _Merge) -> Reduce | None:
                 made[key] = v = _view(x.tensor, d, m.bases) if v is None else v
                 return Read(v, (*x.indices[:d], ab, *x.indices[d + 2:]), x.dtype)
         return None
-    source = tuple(transform(e, fn) for e in r.source)
+    source = tuple(transform(e, fn) for e in exprs)
     if any(v is a or v is b for e in source for v in walk(e)):
         return None
     m.views.update(made)
     m.axes[id(a), id(b)] = ab
-    return replace(r, axis=(*r.axis[:-2], ab), source=source)
+    return ab, source
 
 
 def _whole(t: Tensor, d: int, ea: int, eb: int) -> bool:
