@@ -23,8 +23,7 @@ iteration (64 float32 with AVX-512), so batch norm's sum over the 56 x 56 pixels
 axes index only whole, adjacent dims of inputs or of whole intermediate arrays (`x[.., h, w]`
 with h, w over all of both dims) and the inner one is shorter than `SHORT_ROW`, `collapse_rows`
 (the last CPU step, after fusion; elementwise stages likewise, writing through a view of their
-own array) runs them as one loop over a view with the two dims merged
-(`x.reshape(n, c, h * w)`): the same terms in the same order, one unit-stride loop of 3136.
+array) runs them as one loop over a view with the two dims merged (`x.reshape(n, c, h * w)`).
 """
 from __future__ import annotations
 
