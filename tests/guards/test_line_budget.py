@@ -20,7 +20,7 @@ BUDGET = {
     "ops": 2700,
     "schedule": 3460,
     "kernels": 3470,
-    "relax_bridge": 3150,
+    "relax_bridge": 3172,
     "report": 1450,
     "testing": 500,
 }

@@ -31,7 +31,7 @@ from texpr_ad.relax_bridge import (build, call_te_with_auto_grad, from_tvm,  # n
                                    prepare_for_build, prim_func, register_missing_gradients,
                                    te_gradient, translate)
 from texpr_ad.relax_bridge.args import BridgeArgumentError  # noqa: E402
-from texpr_ad.relax_bridge.to_tvm import INDEX_CHECK, checks_on  # noqa: E402
+from texpr_ad.relax_bridge.tvm_expr import INDEX_CHECK, checks_on  # noqa: E402
 from texpr_ad.te import bounds  # noqa: E402
 from texpr_ad.te.bounds import Verdict, dim_verdict  # noqa: E402
 from texpr_ad.te.expr import Read  # noqa: E402

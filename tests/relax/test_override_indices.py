@@ -24,7 +24,7 @@ from tvm import relax  # noqa: E402
 from texpr_ad import te  # noqa: E402
 from texpr_ad.relax_bridge import prepare_for_build, register_missing_gradients  # noqa: E402
 from texpr_ad.relax_bridge import relax_ops  # noqa: E402
-from texpr_ad.relax_bridge.to_tvm import ExprTranslator  # noqa: E402
+from texpr_ad.relax_bridge.tvm_expr import ExprTranslator  # noqa: E402
 from texpr_ad.te.expr import IterVar, const  # noqa: E402
 from texpr_ad.te.printer import expr_str  # noqa: E402
 from tir_work import tir_work  # noqa: E402

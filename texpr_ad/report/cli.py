@@ -184,7 +184,7 @@ def cmd_relax(args: argparse.Namespace) -> int:
     _check_coverage_args(args)
     if args.format == "html":
         raise UsageError("--relax writes md and json (--format table, md or json)")
-    from ..relax_bridge.to_tvm import tvm_import_error
+    from ..relax_bridge.tvm_expr import tvm_import_error
     why = tvm_import_error()
     if why:
         raise UsageError(f"--relax: {why}")

@@ -199,7 +199,7 @@ def _tvm_why_not() -> str:
     """'' when tvm imports; else why not (not installed, or a broken install: its error)."""
     if importlib.util.find_spec("tvm") is None:
         return "tvm not installed"
-    from ..relax_bridge.to_tvm import tvm_import_error
+    from ..relax_bridge.tvm_expr import tvm_import_error
     return tvm_import_error() or ""
 
 
