@@ -92,10 +92,11 @@ class CPURender(CPUFold):
         views = st.cpu.views if st.cpu is not None else ()
         whole = {id(v): t for v, t in views}
         for t, b in zip(st.tensors, st.bodies, strict=True):
-            if t is not None and id(whole.get(id(t), t)) not in self.ws:
-                shape = whole[id(t)].shape if id(t) in whole else [a.extent for a in axes]
-                self.emit(depth, f"{self.tensor(whole.get(id(t), t))} = np.empty("
-                                 f"{self.shape(list(shape))}, dtype=np.{_np_dtype(b.dtype)})")
+            arr = whole.get(id(t), t)
+            if arr is not None and id(arr) not in self.ws:
+                exts = list(arr.shape) if arr is not t else [a.extent for a in axes]
+                self.emit(depth, f"{self.tensor(arr)} = np.empty({self.shape(exts)}, "
+                                 f"dtype=np.{_np_dtype(b.dtype)})")
         for v, base in views:
             self.names.by_key[("t", id(v))] = name = self.names.fresh(v.name)
             self.emit(depth, f"{name} = {self.tensor(base)}.reshape({self.shape(list(v.shape))})")

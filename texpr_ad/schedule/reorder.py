@@ -193,14 +193,17 @@ def collapse_data_rows(st: ComputeStage, m: _Merge) -> ComputeStage:
         return st
     ab, bodies = got
     own = [_view(t, d, m.bases) for t in st.tensors]  # type: ignore[arg-type]
-    used = {id(x.tensor) for e in bodies for x in walk(e) if isinstance(x, Read)}
-    views = tuple((v, m.bases[id(v)]) for v in m.views.values() if id(v) in used)
     note = (f"collapsed: loops {a.name} > {b.name} run as one loop {ab.name} of {ab.extent}: "
             f"they index whole adjacent dims only, written and read through views")
     return with_cpu(replace(st, tensors=tuple(own), bodies=bodies,
                             axes=(*st.axes[:d], ab, *st.axes[d + 2:]),
                             order=(*st.order[:-2], ab), notes=(*st.notes, note)),
-                    views=(*zip(own, st.tensors), *views))
+                    views=(*zip(own, st.tensors), *_views_read(bodies, m)))
+
+
+def _views_read(bodies: tuple[Expr, ...], m: _Merge) -> tuple[tuple[Tensor, Tensor], ...]:
+    used = {id(x.tensor) for b in bodies for x in walk(b) if isinstance(x, Read)}
+    return tuple((v, m.bases[id(v)]) for v in m.views.values() if id(v) in used)
 
 
 def _reduce_axes(st: Stage) -> tuple[int, ...]:
@@ -231,8 +234,7 @@ def collapse_reductions(st: ComputeStage, m: _Merge) -> ComputeStage:
     if got is None:
         return st
     new, bodies = got
-    used = {id(x.tensor) for b in bodies for x in walk(b) if isinstance(x, Read)}
-    kept = tuple((v, m.bases[id(v)]) for v in m.views.values() if id(v) in used)
+    kept = _views_read(bodies, m)
     notes = [f"collapsed: reduction loops {' > '.join(a.name for a in key[2][len(r.axis) - 1:])}"
              f" run as one loop {r.axis[-1].name} of {r.axis[-1].extent}: they index whole "
              f"adjacent dims only, read through "
