@@ -83,13 +83,13 @@ def _split_serial():  # where=: chunks fold serially
             lambda a: [a.sum()])
 
 
-def _symbolic():  # a count known at the call: stepped lanes (a symbolic extent counts as long)
-    n = te.var("n")
+def _symbolic():  # a count known at the call: split into chunks of a size computed at the call,
+    n = te.var("n")  # each stepped like lanes (a symbolic extent counts as long)
     x = te.placeholder((n,), "float32", name="x")
     k = te.reduce_axis((0, n), name="k")
     y = te.compute((), lambda: te.sum(x[k], axis=k), name="y")
     return ([y], [x], [(300_000,)],
-            lambda p: p.stage("y").cpu.accumulate is None and p.stage("y").cpu.lanes > 1,
+            lambda p: p.stage("y").cpu.accumulate.split is not None and p.stage("y").cpu.accumulate.vector,
             lambda a: [a.sum()])
 
 

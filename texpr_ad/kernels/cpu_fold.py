@@ -61,20 +61,20 @@ class CPUFold(RenderPass):
         else:
             if not block:
                 return [Level(acc, lambda d: self.emit(d, chunk.header(self.axis(ax))), f64)]
-            n = chunk.size
+            n = None  # the chunk's count of terms, at the call
             start = self.names.fresh(f"{stage}_s0")
             count = self.names.fresh(f"{stage}_n")
         kb, kk = self.names.fresh(f"{stage}_kb"), self.names.fresh(f"{stage}_kk")
         blk = self.names.fresh(f"{stage}_blk")
         nb = f"({count} + {SUM_BLOCK - 1}) // {SUM_BLOCK}" if n is None else -(-n // SUM_BLOCK)
-        inner = str(SUM_BLOCK) if chunk is None and n is not None and n % SUM_BLOCK == 0 else \
+        inner = str(SUM_BLOCK) if n is not None and n % SUM_BLOCK == 0 else \
             f"min({SUM_BLOCK}, {count} - {kb} * {SUM_BLOCK})"
 
         def blocks(d: int) -> None:
             if chunk is not None:
                 self.emit(d, f"{start} = max({chunk.start()}, 0)")
-                self.emit(d, f"{count} = min({n}, {chunk.n} - {start})")
-            self.emit(d, f"for {kb} in range({nb if chunk is None else f'({count} + {SUM_BLOCK - 1}) // {SUM_BLOCK}'}):")
+                self.emit(d, f"{count} = min({chunk.size}, {chunk.n} - {start})")
+            self.emit(d, f"for {kb} in range({nb}):")
 
         def block(d: int) -> None:
             self.emit(d, f"for {kk} in range({inner}):")
@@ -264,9 +264,13 @@ class CPUFold(RenderPass):
         r = reduce_groups(st.bodies)[0][0]
         row, split = acc_plan.row, acc_plan.split
         idx = [self.axis(a) for a in st.axes]
-        n = int(split.extent.value)  # type: ignore[attr-defined]
         chunks = acc_plan.chunks
-        size = -(-n // chunks)
+        if isinstance(ext := split.extent, Const):
+            n, size = str(ext.value), str(-(-int(ext.value) // chunks))
+        else:  # a symbolic extent: the chunk size is computed once at the call
+            n, size = self.names.fresh(f"{st.name}_n"), self.names.fresh(f"{st.name}_cs")
+            self.emit(1, f"{n} = {top(self.expr(ext, {}))}")
+            self.emit(1, f"{size} = ({n} + {chunks - 1}) // {chunks}")
         parts = []
         reds = [reduce_groups(s_.bodies)[0][0] for s_ in stages]
         for s_, rs in zip(stages, reds, strict=True):
@@ -353,8 +357,8 @@ class Chunk:
     `lo + c * size` (`lo` is "" or "<lo> + "), the last chunk cut at `n`."""
 
     c: str
-    size: int
-    n: int
+    size: str
+    n: str
     lo: str
 
     def start(self) -> str:

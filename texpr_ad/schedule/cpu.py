@@ -287,12 +287,8 @@ def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
                                 f"least {MIN_BLAS_WORK} multiply-adds; remove the 'blas' override")
     if not loop_keys:
         st = tighten(st)
-    if _symbolic(st):  # sizes known only at the call:
-        if loop_keys or not ov.get("accumulate", True):  # no split sums, but memory order
-            return st                                      # and lanes
-        st = reorder_reductions(st)
-        lanes = _lanes(st)
-        return _cpu(st, lanes=lanes) if lanes > 1 else st
+    if (symbolic := _symbolic(st)) and loop_keys:  # sizes known at the call: memory order, rows,
+        return st  # split sums (chunk sizes computed at the call) and lanes as static ones
     if not loop_keys:
         st = reorder_reductions(st)
     if ov.get("accumulate", not loop_keys):
@@ -305,7 +301,7 @@ def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
         lanes = _lanes(st)
         if lanes > 1:
             return _cpu(st, lanes=lanes)
-    if not loop_keys:
+    if not loop_keys and not symbolic:
         return _split_div_mod(st)
     return st
 
@@ -562,8 +558,14 @@ def _resident(x: Read) -> bool:
     return static_size(x.tensor.shape) <= CACHE_RESIDENT
 
 
+def _at_least(e: Expr, n: int) -> bool:
+    """Whether extent `e` is at least `n`, a symbolic one (known at the call) counting as large."""
+    return (c := _const(e)) is None or c >= n
+
+
 def _accumulate(st: ComputeStage) -> Accumulate | None:
-    """Row accumulation and/or a split into partial results, or None (scalar accumulators)."""
+    """Row accumulation and/or a split into partial results, or None (scalar accumulators); a
+    symbolic row axis (unknown `points`) may split, its partial rows allocated at the call."""
     groups = [[x for x in walk(b) if isinstance(x, Reduce)] for b in st.bodies]
     reds = {r.loop_key for g in groups for r in g}
     if len(reds) != 1:
@@ -583,7 +585,7 @@ def _accumulate(st: ComputeStage) -> Accumulate | None:
         # that streams, a cache-resident tensor (a table of powers) need not
         along = [x for x in reads if any(v is j for i in x.indices for v in walk(i))]
         along = [x for x in along if not _resident(x)] or along
-        if (_const(j.extent) or 0) >= 16 and along and all(
+        if _at_least(j.extent, 16) and along and all(
                 j in _last_index_axes(x) and not _last_index_axes(x) & red for x in along):
             row = j
     points = _work(st.axes, ())
@@ -591,9 +593,9 @@ def _accumulate(st: ComputeStage) -> Accumulate | None:
     outer = _work([a for a in st.axes if a is not row], ())
     split = None
     first = r.axis[0]
-    if (points <= SPLIT_MAX_POINTS and work >= SPLIT_MIN_WORK and outer < MIN_PARALLEL_CHUNKS
-            and not dependent and _const(first.extent) is not None
-            and _const(first.extent) >= 2 * SPLIT_CHUNKS):
+    if ((points <= SPLIT_MAX_POINTS or (row is not None and math.isinf(points)))
+            and work >= SPLIT_MIN_WORK and outer < MIN_PARALLEL_CHUNKS and not dependent
+            and _at_least(first.extent, 2 * SPLIT_CHUNKS)):
         split = first
     if split is None and st.parallel and st.fused >= len(st.order):
         row = None  # the prange already runs over the row axis

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Iterator
 
-from ..te.expr import Expr
+from ..te.expr import Const, Expr
 from ..te.printer import expr_str
 
 
@@ -106,11 +106,11 @@ def refs(nodes: tuple[Node, ...]) -> Iterator[StageRef]:
 
 def lines(nodes: tuple[Node, ...], depth: int = 1) -> list[str]:
     """The tree, one node a line, indented by depth, each loop with its reason."""
-    out = []
+    out, pad = [], "  " * depth
     for n in nodes:
-        pad = "  " * depth
         if isinstance(n, Loop):
-            out.append(f"{pad}{n.kind}({expr_str(n.extent)}): {n.reason}")
+            ext = n.extent.value if isinstance(n.extent, Const) else expr_str(n.extent)
+            out.append(f"{pad}{n.kind}({ext}): {n.reason}")
             out += lines(n.body, depth + 1)
         else:
             where = f"  [{n.place}: {PLACES[n.place]}]" if n.place in PLACES else ""
