@@ -381,8 +381,8 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
     box = normalize.boxed(f.body, st.axes) if f is not None and f.simple else None
     if box is not None:  # dependent windows -> constant hull + guard
         f = normal_form(replace(st, bodies=(box.body,)))
-    if (f is None or not f.simple or f.a.plain == f.b.plain
-            or any(not (_is_zero(k.lo) and isinstance(k.extent, Const)) for k in f.red)):
+    if (f is None or not f.simple or f.a.plain == f.b.plain  # (a symbolic reduction extent:
+            or any(not _is_zero(k.lo) for k in f.red)):        # a weight gradient's batch)
         return (), st
     # the gathered operand in normal form: a guarded read, padding stages folded in
     f = (f if f.a.plain else f.swapped()).gathered(None if box is None else box.cond)

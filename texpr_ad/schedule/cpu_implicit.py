@@ -41,7 +41,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, replace
-from typing import Sequence, cast
+from typing import Any, Sequence, cast
 
 from .._env import native_gemm
 from ..te.affine import to_affine
@@ -49,6 +49,7 @@ from ..te.bounds import enumerate_holds
 from ..te.expr import Call, Expr, IterVar, Read, Reduce, const
 from ..te.intrin import all as te_all
 from ..te.intrin import if_then_else
+from ..te.simplify import simplify
 from ..te.ops import Op
 from ..te.tensor import Tensor, compute
 from ..te.visit import substitute, walk
@@ -90,10 +91,10 @@ def window(f: SumOfProduct, name: str) -> Implicit | None:
             or f.axes(Role.BATCH, Role.OTHER) or not native_gemm():
         return None  # (no BATCH, OTHER: `a` reads the reduction and its own axes only)
     s, idx = g.read.tensor, g.read.indices
-    shape = [const_int(d) for d in s.shape]
     nl, nd = len(lead), len(inner)
     nc = len(idx) - nl - nd
-    if nc < 0 or any(d is None for d in shape) or tuple(idx[:nl]) != tuple(lead):
+    shape = _sized(s.shape, nl)  # the images' dims may be symbolic (the batch), the rest not
+    if nc < 0 or None in shape or tuple(idx[:nl]) != tuple(lead):
         return None
     chans = list(idx[nl:nl + nc])
     if not all(isinstance(c, IterVar) and c in red for c in chans) or len(set(chans)) != nc:
@@ -114,7 +115,7 @@ def window(f: SumOfProduct, name: str) -> Implicit | None:
     outs = [f.extent(i) for i in inner]
     if any(v is None or v <= 0 for v in [*exts.values(), *outs]):
         return None
-    lay = _layout(g, shape, [f.extent(x) for x in lead], chans, inner, dims, exts, outs)
+    lay = _layout(g, shape, _sized([x.extent for x in lead], nl), chans, inner, dims, exts, outs)
     if lay is None:
         return None
     flip = tuple(lay.strides[k] < 0 for k in red)
@@ -126,6 +127,11 @@ def window(f: SumOfProduct, name: str) -> Implicit | None:
         a.tensor, read.tensor, tuple(a.indices.index(x) for x in (*mids, *red)), (),
         (product(lead), product(mids), product(red), const(win.cols, "int64")),
         tuple(x.extent for x in data), None, "a", win))
+
+
+def _sized(dims: Sequence[Expr], symbolic: int) -> list[Any]:
+    """Each dim's static size; of the first `symbolic`, a dim with none is its expression."""
+    return [d if (c := const_int(d)) is None and k < symbolic else c for k, d in enumerate(dims)]
 
 
 def _padded_read(s: Tensor, keep: Sequence[Expr], inner: Sequence[IterVar],
@@ -190,9 +196,6 @@ def weight_window(f: SumOfProduct, name: str) -> Implicit | None:
         return None
     g, a, red, data = f.b.g, f.a.read, f.red, f.data
     s, idx = g.read.tensor, g.read.indices
-    shape = [const_int(d) for d in s.shape]
-    if any(d is None for d in shape):
-        return None
 
     def run(r: Role, es: Sequence[Expr]) -> list[IterVar]:  # leading axes of role r
         return cast(list[IterVar], list(itertools.takewhile(
@@ -200,7 +203,7 @@ def weight_window(f: SumOfProduct, name: str) -> Implicit | None:
 
     lead = run(Role.K, idx)
     chans = run(Role.N, idx[len(lead):])
-    nk = len(lead) + len(chans)
+    nk, shape = len(lead) + len(chans), _sized(s.shape, len(lead))  # the batch may be symbolic
     inner: list[IterVar] = []
     dims: list[tuple[dict[IterVar, int], int]] = []
     for ix in f.b.index[nk:]:
@@ -216,23 +219,24 @@ def weight_window(f: SumOfProduct, name: str) -> Implicit | None:
         dims.append((terms, ix.affine[1]))  # type: ignore[arg-type]
     offs = [k for t, _ in dims for k in t]
     mids = f.axes(Role.M, Role.BATCH)
-    if not inner or len(set(inner)) != len(inner) or len(offs) != len(set(offs)) \
+    if not inner or None in shape or len(set(inner)) != len(inner) or len(offs) != len(set(offs)) \
             or set(red) != set(lead) | set(inner) \
             or set(data) != set(chans) | set(offs) | set(mids):
         return None  # (then `a`, plain, reads exactly lead, inner and mids)
-    exts = {k: f.extent(k) for k in (*data, *red)}
+    exts = {k: f.extent(k) for k in (*data, *red) if k not in lead}
     outs = [exts[i] for i in inner]
     if any(v is None or v <= 0 for v in exts.values()) \
             or any(const_int(k.lo) != 0 for k in (*data, *red)):
         return None
-    lay = _layout(g, shape, [exts[k] for k in lead], chans, inner, dims, exts, outs)
+    keep = _sized([k.extent for k in lead], len(lead))
+    lay = _layout(g, shape, keep, chans, inner, dims, exts, outs)
     if lay is None:
         return None
     rows = tuple(x for x in data if x not in mids)
     win = Window(tuple(exts[k] for k in rows), tuple(lay.strides[k] for k in rows),  # type: ignore[misc]
                  (False,) * len(rows), lay.base, (outs[0], *lay.grid[1:]), tuple(outs), "a")  # type: ignore[arg-type]
     padded, read = _padded_read(s, [*lead, *chans], inner, dims, lay, name)
-    head = _head(a, lead, inner, lay.grid, mids, name)
+    head = _head(a, lead, keep, inner, lay.grid, mids, name)
     natural = (*rows, *mids)
     return Implicit(padded, read, head, Contraction(
         read.tensor, head, (), (), (product(lead), product(rows), const(win.cols, "int64"),
@@ -240,7 +244,7 @@ def weight_window(f: SumOfProduct, name: str) -> Implicit | None:
         None if natural == tuple(data) else tuple(natural.index(x) for x in data), "", win))
 
 
-def _head(a: Read, lead: list[IterVar], inner: list[IterVar], grid: list[int],
+def _head(a: Read, lead: list[IterVar], keep: list[Any], inner: list[IterVar], grid: list[int],
           mids: list[IterVar], name: str) -> Tensor:
     """`D[lead, i_1, p_2.., mids] = a[..]` where each p_j < its output extent, else 0: the
     other operand of a weight gradient on the padded grid (rows contiguous per lead entry)."""
@@ -255,7 +259,7 @@ def _head(a: Read, lead: list[IterVar], inner: list[IterVar], grid: list[int],
 
     body.axis_names = [*(f"k{q}" for q in range(len(lead))),  # type: ignore[attr-defined]
                        *(f"p{q}" for q in range(len(inner))), *(f"m{q}" for q in range(len(mids)))]
-    shape = [*(const_int(x.extent) for x in lead), outs[0], *grid[1:],
+    shape = [*keep, outs[0], *grid[1:],
              *(const_int(x.extent) for x in mids)]
     return compute(tuple(shape), body, name=f"{name}_head")
 
@@ -314,16 +318,15 @@ def crop(s: ComputeStage, t: ComputeStage) -> ComputeStage | None:
     if not (isinstance(body, Read) and body.tensor is s.tensors[0] and len(t.axes) == len(s.axes)):
         return None
     shift: list[int] = []
-    for a, i, e_s in zip(t.axes, body.indices, s.axes):
+    for a, i in zip(t.axes, body.indices):
         aff = to_affine(i)
-        if aff is None or set(aff[0]) != {a} or aff[0][a] != 1 or const_int(a.lo) != 0 \
-                or const_int(a.extent) is None:
+        if aff is None or set(aff[0]) != {a} or aff[0][a] != 1 or const_int(a.lo) != 0:
             return None
         shift.append(aff[1])
     nw = len(w.out)
-    outs = [const_int(a.extent) for a in t.axes]
-    if any(shift[:-nw]) or any(not a.extent.same_as(b.extent) for a, b in
-                               zip(t.axes[:-nw], s.axes[:-nw])):
+    outs = [const_int(a.extent) for a in t.axes]  # the leading (batch) dims may be symbolic
+    if None in outs[-nw:] or any(shift[:-nw]) or any(not simplify(a.extent).same_as(
+            simplify(b.extent)) for a, b in zip(t.axes[:-nw], s.axes[:-nw])):
         return None
     box = list(zip(shift[-nw:], outs[-nw:], w.out))
     if any(k < 0 or k + o > full for k, o, full in box):  # type: ignore[operator]
@@ -336,8 +339,8 @@ def crop(s: ComputeStage, t: ComputeStage) -> ComputeStage | None:
     new_body = substitute(s.bodies[0], dict(zip(s.axes, body.indices, strict=True)))
     con = replace(c, window=win, sizes=(*c.sizes[:3], const(win.cols, "int64")),
                   bmn_shape=tuple(a.extent for a in t.axes))
+    span = [f"{k}:{a.extent if o is None else k + o}" for k, o, a in zip(shift, outs, t.axes)]
     note = (f"cropped: the window contraction of {s.name}, computed only on the box "
-            f"{body.tensor.name}[{', '.join(f'{k}:{k + o}' for k, o in zip(shift, outs))}] "
-            f"this stage copies")
+            f"{body.tensor.name}[{', '.join(span)}] this stage copies")
     return replace(t, bodies=(new_body,), cpu=replace(s.cpu, contraction=con), parallel=False,
                    fused=0, reduction=s.reduction, notes=(*t.notes, *s.notes, note))

@@ -33,10 +33,7 @@ INJECTIVE_MIN_POINTS = 1 << 16  # an injective axis shorter than this: atomics o
 
 
 def _count(exts: list[Expr]) -> float:
-    n = 1.0
-    for e in exts:
-        n *= int(e.value) if isinstance(e, Const) else math.inf
-    return n
+    return math.prod((int(e.value) if isinstance(e, Const) else math.inf for e in exts), start=1.0)
 
 
 def reductions(st: ComputeStage) -> list[Reduce]:

@@ -40,11 +40,7 @@ def iteration_count(axes: Sequence[IterVar], bodies: Sequence[Expr]) -> float:
             if isinstance(x, Reduce):
                 exts += [a.extent for a in x.axis]
                 break
-    n = 1.0
-    for e in exts:
-        c = const_int(e)
-        n *= math.inf if c is None else c
-    return n
+    return math.prod((math.inf if (c := const_int(e)) is None else c for e in exts), start=1.0)
 
 
 def _default_fuse(order: Sequence[IterVar]) -> int:
