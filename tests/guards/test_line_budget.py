@@ -18,7 +18,7 @@ BUDGET = {
     "te": 2800,
     "deriv": 1750,
     "ops": 2700,
-    "schedule": 3460,
+    "schedule": 3466,
     "kernels": 3470,
     "relax_bridge": 3172,
     "report": 1450,

@@ -7,10 +7,12 @@ stages with fewer than `MIN_PARALLEL_WORK` known iterations run serially.
 """
 from __future__ import annotations
 
+import collections
 import math
 from typing import Any, Mapping, Protocol, Sequence
 
-from ..te.expr import Const, Expr, IterVar, Reduce, ReduceKind
+from ..te.expr import Call, Const, Expr, IterVar, Reduce, ReduceKind
+from ..te.ops import Op
 from ..te.printer import expr_str
 from ..te.tensor import ComputeOp, Tensor
 from ..te.visit import bounds_depend_on_axes, walk
@@ -32,15 +34,30 @@ def const_int(e: Expr) -> int | None:
     return int(e.value) if isinstance(e, Const) else None
 
 
-def iteration_count(axes: Sequence[IterVar], bodies: Sequence[Expr]) -> float:
-    """Known iteration count (data points times reduction points); unknown extents count as large."""
+def loop_extents(axes: Sequence[IterVar], bodies: Sequence[Expr]) -> list[Expr]:
+    """The extents of the data axes and of each body's first reduction."""
     exts = [a.extent for a in axes]
     for b in bodies:
-        for x in walk(b):
-            if isinstance(x, Reduce):
-                exts += [a.extent for a in x.axis]
-                break
+        exts += next(([a.extent for a in x.axis] for x in walk(b) if isinstance(x, Reduce)), [])
+    return exts
+
+
+def iteration_count(axes: Sequence[IterVar], bodies: Sequence[Expr]) -> float:
+    """Known iteration count (data points times reduction points); unknown extents count as large."""
+    exts = loop_extents(axes, bodies)
     return math.prod((math.inf if (c := const_int(e)) is None else c for e in exts), start=1.0)
+
+
+def at_most(exts: Sequence[Expr], than: Sequence[Expr]) -> bool:
+    """Whether the product of `exts` is at most that of `than` at every size: their symbolic
+    extents are the same (`max(n, 0)` is n: sizes are not negative) and the static ones' product
+    is at most theirs."""
+    def split(es: Sequence[Expr]) -> tuple[int, collections.Counter]:
+        sym = [e.args[0] if isinstance(e, Call) and e.op is Op.MAX and const_int(e.args[1]) == 0
+               else e for e in es if const_int(e) is None]
+        return math.prod(c for e in es if (c := const_int(e)) is not None), collections.Counter(sym)
+    (n, s), (m, t) = split(exts), split(than)
+    return n <= m and s == t
 
 
 def _default_fuse(order: Sequence[IterVar]) -> int:

@@ -41,7 +41,6 @@ input in place).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
@@ -54,7 +53,7 @@ from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tens
 from ..te.visit import bounds_depend_on_axes, children, substitute, transform, walk
 from . import cpu, cuda
 from .layout import choose_layouts
-from .nest import compute_stage, const_int, iteration_count
+from .nest import at_most, compute_stage, const_int, loop_extents
 from .share import share
 from .plan import ComputeStage, Inline, Plan, ScatterStage, ScheduleError, Stage, StageKind
 
@@ -272,13 +271,13 @@ def _one_point(uses: list[_Use]) -> bool:
 
 def _reduction_reads_fewer(op: ComputeOp, u: _Use) -> bool:
     """The reader has one reduction and runs no more iterations (its points times the
-    reduction's) than `op` has points, all static: inlined, `op`'s body is evaluated at most
-    as often as materializing it would evaluate it, and nothing is stored."""
+    reduction's) than `op` has points, at every size (`nest.at_most`): inlined, `op`'s body is
+    evaluated at most as often as materializing it would evaluate it, and nothing is stored."""
     if not isinstance(u.reader, ComputeOp):
         return False
     if len({x.loop_key for b in u.reader.body for x in walk(b) if isinstance(x, Reduce)}) != 1:
         return False
-    return iteration_count(u.reader.axis, u.reader.body) <= iteration_count(op.axis, ()) < math.inf
+    return at_most(loop_extents(u.reader.axis, u.reader.body), loop_extents(op.axis, ()))
 
 
 def _inline_reason(op: ComputeOp, us: list[_Use]) -> str:

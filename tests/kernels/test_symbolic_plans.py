@@ -1,6 +1,7 @@
-"""Sums over a symbolic dim whose output is a row (a column sum, layer norm's dgamma) accumulate
-whole rows in chunks as static ones do, with the chunk size computed at the call: their plans
-under torch.compile's dynamic shapes had read columns with a stride of the row length."""
+"""Symbolic dims (torch.compile's dynamic shapes) plan as static ones do.  Sums whose output is a
+row (a column sum, layer norm's dgamma) accumulate whole rows in chunks, the chunk size computed
+at the call (they had read columns with a stride of the row length); an elementwise stage read
+once per term of a sum over as many terms as it has points is inlined (it had been stored)."""
 from __future__ import annotations
 
 import numpy as np
@@ -57,3 +58,22 @@ def test_symbolic_layer_norm_gradients_match_static(n, m):
     xhat = (xs - mu) / np.sqrt(var + 1e-5)
     np.testing.assert_allclose(sym[1], (dy * xhat).sum(0), rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(sym[2], dy.sum(0), rtol=1e-9, atol=1e-9)
+
+
+def test_symbolic_elementwise_stage_read_by_a_sum_is_inlined():
+    """sum(tanh(x * w) * sigmoid(x)) over (n, 64): the same iterations as the stage's points at
+    every n, so the stage is evaluated in the sum's loop, as with static sizes."""
+    n = te.var("n")
+    x = te.placeholder((n, 64), "float32", name="x")
+    w = te.placeholder((64,), "float32", name="w")
+    e = te.compute((n, 64), lambda i, j: te.tanh(x[i, j] * w[j]) * te.sigmoid(x[i, j]), name="e")
+    i, j = te.reduce_axis((0, n), name="i"), te.reduce_axis((0, 64), name="j")
+    s = te.compute((), lambda: te.sum(e[i, j], axis=[i, j]), name="s")
+    plan = plan_kernel([s], [x, w])
+    assert [st.name for st in plan.stages] == ["s"], str(plan)
+    xs = np.random.default_rng(0).standard_normal((300, 64)).astype(np.float32)
+    ws = np.random.default_rng(1).standard_normal(64).astype(np.float32)
+    (got,) = ta.build([s], [x, w])(xs, ws)
+    x64 = xs.astype(np.float64)
+    want = (np.tanh(x64 * ws) / (1 + np.exp(-x64))).sum()
+    np.testing.assert_allclose(got, want, rtol=1e-5)
