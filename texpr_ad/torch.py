@@ -18,12 +18,12 @@ Higher order, derived: the `_vjp` op's own autograd is texpr_ad's vjp of the vjp
 `<name>_grad`: inputs and cotangents -> adjoints; recursively), so double backward works; the
 vmap rules run the te function mapped over a batch axis (`te.dag.add_batch_axis`) as the op
 `<name>_vmap_<mask>`: one batched kernel.  Per-call fast path: pullbacks memoized per (shapes,
-dtypes, wrt); an eager call on plain CPU tensors that nothing else observes (`_plain_eager`)
-skips the dispatcher (the kernels directly, or an autograd.Function with the same forward and
-backward when a gradient is recorded).
+dtypes, wrt), their kernels bound (checked once); an eager call on plain CPU tensors that nothing
+else observes (`_plain_eager`) skips the dispatcher (the kernels directly, or an autograd.Function
+that keeps the forward's arrays for its backward, when a gradient is recorded).
 
 Arrays: CPU tensors reach the Numba kernels as `.numpy()` views (no copy) when C-contiguous;
-a non-contiguous tensor (a transpose, an expanded gradient) is copied once with `.contiguous()`.
+a non-contiguous tensor (a transpose, an expanded gradient) is copied once (np.ascontiguousarray).
 Outputs are the kernels' fresh NumPy arrays wrapped by `torch.from_numpy` (no copy).  Kernels
 are built and cached per shape/dtype signature by the core `ta.custom_op`, which also does the
 dtype and shape checks.  CUDA tensors go to the CUDA kernels through `__cuda_array_interface__`
@@ -143,7 +143,7 @@ class TorchOp:
         self.forward_op.register_autograd(self._backward, setup_context=self._setup_context)
         self.vjp_op.register_autograd(self._vjp_backward, setup_context=self._vjp_setup_context)
         self._second: dict[int, TorchOp] = {}  # inputs count -> the op of the vjp graph
-        self._fast: dict[tuple, Any] = {}  # (shapes and dtypes, wrt) -> pullback
+        self._fast: dict[tuple, _Plan] = {}  # (shapes and dtypes, wrt) -> pullback's plan
         self._vmapped: dict[tuple, TorchOp] = {}  # (batched args, wrt) -> the batched op
         self.forward_op.register_vmap(self._forward_vmap)
         self.vjp_op.register_vmap(self._vjp_vmap)
@@ -156,11 +156,13 @@ class TorchOp:
         xs = _as_tensors(args)
         wrt = [x.requires_grad for x in xs] if torch.is_grad_enabled() else [False] * len(xs)
         if _plain_eager(xs):  # nothing else would see the op: skip the dispatcher
-            outs = _Eager.apply(self, wrt, *xs) if any(wrt) else self._forward(xs, wrt)
+            plan = self._plan(xs, wrt)
+            outs = _eager(self, plan, wrt, *xs) if any(wrt) else plan.forward(xs)
+            n = plan.n_out
         else:
             outs = self.forward_op(*xs, wrt) if self._names else self.forward_op(xs, wrt)
-        outs = outs[: self._n_out(xs, wrt)]  # then residuals
-        return outs[0] if len(outs) == 1 else tuple(outs)
+            n = self._n_out(xs, wrt)
+        return outs[0] if n == 1 else tuple(outs[:n])  # then residuals
 
     def _n_out(self, xs: Sequence[torch.Tensor], wrt: Sequence[bool]) -> int:
         """The number of outputs (the memoized pullback's, eagerly; the definition's while
@@ -182,10 +184,12 @@ class TorchOp:
         return f"argument {k} ({self._arg_names(len(xs))[k]!r})"
 
     def _pullback(self, xs: Sequence[torch.Tensor], wrt: Sequence[bool] | None = None) -> Any:
-        """The core pullback for these tensors, deriving the gradients flagged in `wrt` (all
-        float ones when None); memoized per concrete shapes, dtypes and `wrt` (the per-call
-        fast path: no signature recomputed)."""
-        key: Any = (tuple((x.shape, x.dtype) for x in xs), None if wrt is None else tuple(wrt))
+        return self._plan(xs, wrt).p
+
+    def _plan(self, xs: Sequence[torch.Tensor], wrt: Sequence[bool] | None = None) -> _Plan:
+        """The `_Plan` of the core pullback for these tensors, deriving the gradients flagged
+        in `wrt` (all float ones when None); memoized per concrete shapes, dtypes and `wrt`."""
+        key: Any = (tuple([(x.shape, x.dtype) for x in xs]), None if wrt is None else tuple(wrt))
         try:
             return self._fast[key]
         except KeyError:
@@ -194,10 +198,10 @@ class TorchOp:
             key = None      # makes those dims symbolic for later calls too: forget the memo
             self._fast.clear()
         pos = None if wrt is None else [k for k, w in enumerate(wrt) if w]
-        p = self.core.pullback(self._specs(xs), wrt=pos)
+        plan = _Plan(self.core.pullback(self._specs(xs), wrt=pos))
         if key is not None:
-            self._fast[key] = p
-        return p
+            self._fast[key] = plan
+        return plan
 
     # -- registration and autograd ---------------------------------------------------------
 
@@ -373,25 +377,20 @@ class TorchOp:
         gradients flagged in `wrt` read."""
         if _on_cuda(self._device((), xs), self.name):
             return self._cuda_call(xs, wrt, None, None)
-        p = self._pullback(xs, wrt)  # checks the dtypes, naming the arguments
-        arrays = [_host(x) for x in xs]
-        return [torch.from_numpy(r) for r in p.forward_kernel(*arrays)]
+        return self._plan(xs, wrt).forward(xs)  # checks the dtypes, naming the arguments
 
     def _vjp(self, gs: list[torch.Tensor], xs: list[torch.Tensor], ys: list[torch.Tensor],
              wrt: list[bool]) -> list[torch.Tensor]:
         """The gradients flagged in `wrt` (saved outputs and intermediates in `ys`)."""
         if _on_cuda(self._device(gs, xs, ys), self.name):
             return self._cuda_call(xs, wrt, gs, ys)
-        p = self._pullback(xs, wrt)
-        arrays = [_host(x) for x in xs]
-        saved = [_host(y) for y in ys]
-        n = len(p.outputs)
+        p = (plan := self._plan(xs, wrt)).p
         heads = [_host(g) for g in gs]
         if any(g.shape != y.shape or g.dtype != y.dtype for g, y in zip(gs, ys)):  # else as is
             heads = self.core._heads(heads, p.outputs, shape_env(p.inputs, [x.shape for x in xs]))
-        res = p.backward(p.residuals(arrays, saved[:n], saved[n:]), *heads)
-        return [torch.zeros_like(x) if r is None else torch.from_numpy(r)  # None: not reached
-                for r, x, w in zip(res, xs, wrt, strict=True) if w]
+        grads = plan.gradients(plan.reads([_host(x) for x in xs], [_host(y) for y in ys]),
+                               list(heads), xs, wrt)
+        return [g for g, w in zip(grads, wrt) if w]
 
     # -- CUDA (untested without a GPU) ------------------------------------------------------
 
@@ -441,14 +440,9 @@ def custom_op(fn: Callable[..., Any], name: str, dynamic: bool = False,
 # -- helpers ---------------------------------------------------------------------------------
 
 def _host(x: torch.Tensor) -> np.ndarray:
-    """A NumPy view of a CPU tensor of a kernel dtype (checked by `_specs`; a contiguous copy
-    first when it is not contiguous)."""
-    x = x.detach()
-    if not x.is_contiguous():
-        x = x.contiguous()
-    if x.is_conj() or x.is_neg():
-        x = x.resolve_conj().resolve_neg()
-    return x.numpy()
+    """A NumPy view of a CPU tensor of a kernel dtype (`_specs` checks), or a contiguous copy."""
+    a = x.numpy(force=True)  # detached, the bits resolved
+    return a if x.is_contiguous() else np.ascontiguousarray(a)
 
 
 class _Eager(torch.autograd.Function):
@@ -457,18 +451,79 @@ class _Eager(torch.autograd.Function):
     Its backward calls the backward op when a graph is built (create_graph: double backward)."""
 
     @staticmethod
-    def forward(ctx: Any, op: TorchOp, wrt: list[bool], *xs: torch.Tensor) -> tuple:
-        # the context is set up here, not in a setup_context: with one, Function.apply binds
-        # the arguments through inspect.signature on every call (about 30 us)
-        outs = tuple(op._forward(list(xs), wrt))
-        op._setup_context(ctx, (*xs, wrt) if op._names else (xs, wrt), outs)
-        ctx.op = op
-        return outs
+    def forward(ctx: Any, op: TorchOp, plan: _Plan, wrt: list[bool], *xs: torch.Tensor) -> tuple:
+        # the context as `_setup_context` sets it up, and the backward kernel's arrays (not
+        # copies of non-contiguous inputs: the backward copies again rather than hold them)
+        arrays = [_host(x) for x in xs]
+        res = plan.run(arrays)
+        outs = [torch.from_numpy(r) for r in res]
+        ctx.op, ctx.plan, ctx.n_in, ctx.n_out, ctx.wrt = op, plan, len(xs), plan.n_out, wrt
+        ctx.reads = plan.reads(arrays, res) if all(x.is_contiguous() for x in xs) else None
+        if plan.fixed:
+            ctx.mark_non_differentiable(*[outs[k] for k in plan.fixed])
+        ctx.save_for_backward(*xs, *outs)
+        return tuple(outs)
 
     @staticmethod
-    def backward(ctx: Any, *gs: torch.Tensor | None) -> tuple:
-        grads = ctx.op._backward(ctx, gs)
-        return (None, None, *(grads[:-1] if ctx.op._names else grads[0]))
+    def backward(ctx: Any, *gs: Any) -> tuple:
+        # saved_tensors raises if a tensor was modified in place since; the residuals'
+        # cotangents are not read; the forward's arrays are not held after (retain_graph: a
+        # second backward reads the saved tensors).  The general path: create_graph, a mode,
+        # cotangents not shaped like their outputs (the bound kernel trusts them) or None
+        saved, n, plan, gs = ctx.saved_tensors, ctx.n_in, ctx.plan, gs[: ctx.n_out]
+        reads, ctx.reads = ctx.reads, None
+        if torch.is_grad_enabled() or not _plain_eager(gs) or not all(
+                g.shape == y.shape and g.dtype == y.dtype for g, y in zip(gs, saved[n:])):
+            grads = ctx.op._backward(ctx, gs)
+            return (None, None, None, *(grads[:-1] if ctx.op._names else grads[0]))
+        if reads is None:
+            reads = plan.reads([_host(x) for x in saved[:n]], [_host(y) for y in saved[n:]])
+        return (None, None, None, *plan.gradients(reads, [_host(g) for g in gs], saved[:n],
+                                                  ctx.wrt, bound=True))
+
+
+# `_Eager.apply` less its Python wrapper, which binds the arguments for a setup_context (there
+# is none) and unwraps functorch's dead wrappers (`_plain_eager` let none through)
+_eager = super(torch.autograd.Function, _Eager).apply
+
+
+class _Plan:
+    """One signature's (shapes, dtypes, wrt) pullback and what its CPU calls reuse: the outputs
+    autograd must not differentiate (residuals, integer ones), the arrays the backward kernel
+    reads, both kernels bound (`CpuKernel.bind`: `TorchOp._plan`'s memo key vouches for the
+    inputs, `_Eager.backward` for the cotangents)."""
+
+    def __init__(self, p: Pullback) -> None:
+        self.p, self.n_out = p, len(p.outputs)
+        outs = p.outputs + p.extra
+        self.fixed = [k for k, t in enumerate(outs) if k >= self.n_out or t.dtype[0] != "f"]
+        self.saved = [next(k for k, o in enumerate(outs) if o is t) for t in p.saved]
+        self._fwd: Any = None
+        self._bwd: Any = None
+
+    def run(self, arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+        """The forward kernel on the inputs' arrays (`_host`'s): outputs, saved intermediates."""
+        self._fwd = self._fwd or self.p.forward_kernel.bind(arrays)
+        return self._fwd(*arrays)
+
+    def forward(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return [torch.from_numpy(r) for r in self.run([_host(x) for x in xs])]
+
+    def reads(self, xs: Sequence[np.ndarray], ys: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The backward kernel's arrays before the cotangents: inputs read, saved `ys`."""
+        return [xs[k] for k in self.p.input_positions] + [ys[k] for k in self.saved]
+
+    def gradients(self, reads: list[np.ndarray], heads: list[np.ndarray],
+                  xs: Sequence[torch.Tensor], wrt: Sequence[bool], bound: bool = False
+                  ) -> list[torch.Tensor | None]:
+        """One gradient per input of the CPU tensors `xs`: those flagged in `wrt`, from the
+        backward kernel's `reads` and the cotangents (checked unless `bound`), else None."""
+        kern = self.p.backward_kernel
+        if bound and kern is not None:
+            kern = self._bwd = self._bwd or kern.bind(reads + heads)
+        got = iter(kern(*reads, *heads) if kern is not None else ())
+        return [None if not w else torch.zeros_like(x) if a is None else torch.from_numpy(next(got))
+                for a, x, w in zip(self.p.adjoints, xs, wrt, strict=True)]
 
 
 def _plain_eager(ts: Sequence[torch.Tensor]) -> bool:

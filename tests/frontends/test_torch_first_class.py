@@ -314,6 +314,50 @@ def test_kernel_argument_memo_still_checks_new_shapes():
         k(np.ones(3, np.float32))
 
 
+def test_warm_plans_still_check_and_match_torch_autograd():
+    """The per-signature plans (bound kernels, the forward's arrays kept for the backward) on
+    later calls: gradients still PyTorch's, through a non-contiguous input, a hook rescaling the
+    cotangent and create_graph; new shapes and dtypes still checked; a saved tensor modified in
+    place before the backward still refused."""
+    op = tt.custom_op(_rms_scale, name=_name("warm"))
+    base = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    x = base.detach().t().contiguous().requires_grad_()
+    for xt, leaf in [(x, x)] * 3 + [(base.t(), base)] * 2:  # contiguous, then a transpose
+        got, want = (torch.autograd.grad((f(xt, g) ** 2).sum(), [leaf, g]) for f in (op, _rms_ref))
+        torch.testing.assert_close(got, want)
+    y = op(x, g)
+    y.register_hook(lambda d: 2 * d)
+    got = torch.autograd.grad(y.sum(), [x, g], retain_graph=True)
+    torch.testing.assert_close(got, torch.autograd.grad(2 * _rms_ref(x, g).sum(), [x, g]))
+    torch.testing.assert_close(torch.autograd.grad(y.sum(), [x, g]), got)  # a second backward
+    gx, = torch.autograd.grad((op(x, g) ** 2).sum(), [x], create_graph=True)
+    rx, = torch.autograd.grad((_rms_ref(x, g) ** 2).sum(), [x], create_graph=True)
+    torch.testing.assert_close(torch.autograd.grad((gx ** 2).sum(), [x, g]),
+                               torch.autograd.grad((rx ** 2).sum(), [x, g]))
+    with pytest.raises(ta.TexprError, match=r"'g'.*\(3,\)"):  # too short for x's rows of 4
+        op(x, torch.randn(3, dtype=torch.float64))
+    with pytest.raises(ta.OpArgumentError, match=r"argument 0 \('x'\) has dtype float16"):
+        op(x.detach().half(), g)
+    y = op(x, g)
+    with torch.no_grad():
+        g.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+def test_bound_kernel_is_checked_once_then_computes_as_the_kernel():
+    A = te.placeholder((3,), "float64", name="A")
+    k = ta.build([te.compute((3,), lambda i: A[i] * 2.0, name="B")], [A])
+    with pytest.raises(ta.TexprError, match=r"input 'A' must have shape \(3,\)"):
+        k.bind([np.ones(4)])
+    run = k.bind([np.ones(3)])
+    np.testing.assert_array_equal(run(np.arange(3.0))[0], [0.0, 2.0, 4.0])
+    s = te.placeholder((), "float64", name="s")
+    k0 = ta.build([te.compute((3,), lambda i: A[i] * s[()], name="C")], [A, s])
+    assert k0.bind([np.ones(3), np.array(2.0)]) is k0  # a 0-dim input: the checked kernel
+
+
 def test_bench_overhead_section_prints_its_rows(capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
     from bench import overhead

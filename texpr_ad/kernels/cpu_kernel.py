@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -34,14 +34,20 @@ class CpuKernel(Kernel):
         args, params = self._prepare(arrays)
         ws = getattr(self._ws, "arrays", None)
         if ws is None:
-            ws = self._ws.arrays = [np.empty(s, dtype=d if d != "bool" else np.bool_)
-                                    for s, d in self._ws_spec]
+            ws = self._ws.arrays = [np.empty(s, dtype=d) for s, d in self._ws_spec]
         res = self._run(*args, *params, *ws)
         out: list[np.ndarray] = []
         for r, t in zip(res, self.plan.outputs, strict=True):
             r = r.reshape(()) if t.ndim == 0 else r
             out.append(r.copy() if any(np.may_share_memory(r, x) for x in out) else r)  # listed twice
         return tuple(out)
+
+    def bind(self, arrays: Sequence[Any]) -> Callable[..., tuple[np.ndarray, ...]]:
+        """This kernel on C-contiguous arrays shaped and typed as `arrays`, checked now, not again
+        (texpr_ad.torch's plans vouch); itself for several or 0-dim outputs/inputs, a workspace."""
+        params, outs = self._prepare(arrays)[1], self.outputs
+        plain = len(outs) == 1 and not self._ws_spec and all(t.ndim for t in (*outs, *self.inputs))
+        return (lambda *a: self._run(*a, *params)) if plain else self
 
     def _internal_error(self, e: Exception) -> str:
         return (f"internal error: the generated kernel failed to compile ({type(e).__name__}); "

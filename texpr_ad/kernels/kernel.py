@@ -105,13 +105,12 @@ class Kernel(ABC):
         """The arrays as the compiled function takes them, and the symbolic dims' values; NumPy
         arrays of shapes and dtypes that passed the checks before skip them (a memo)."""
         if all(type(a) is np.ndarray for a in arrays):
-            key = tuple((a.shape, a.dtype) for a in arrays)
-            memo = self._checked
-            params = memo.get(key)
+            key = tuple([(a.shape, a.dtype) for a in arrays])
+            params = self._checked.get(key)
             if params is None:
                 args, params = self._check(arrays)
-                if len(memo) < 64:
-                    memo[key] = params
+                if len(self._checked) < 64:
+                    self._checked[key] = params
                 return args, params
             return [np.ascontiguousarray(a) if a.ndim else a.reshape(1) for a in arrays], params
         return self._check(arrays)
