@@ -178,7 +178,7 @@ def _extent(e: Expr) -> Expr:
 
 def _index(e: Expr, dim: Expr, axes: set[IterVar]) -> Index:
     plain = (e if isinstance(e, IterVar) and e in axes and isinstance(e.lo, Const)
-             and e.lo.value == 0 and _extent(e.extent).same_as(dim) else None)
+             and e.lo.value == 0 and _extent(e.extent).same_as(_extent(dim)) else None)
     aff = to_affine(e)
     if aff is not None and not all(isinstance(k, IterVar) and k in axes for k in aff[0]):
         aff = None

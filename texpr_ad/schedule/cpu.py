@@ -83,6 +83,7 @@ MIN_BLAS_WORK = 4096  # contractions with fewer multiply-adds stay in loops
 MAX_IM2COL = 1 << 26  # elements of an im2col gather stage (256 MiB of float32) at most
 SHARED_BATCH_MIN_WORK = 1 << 20  # multiply-adds per batch entry of a shared-operand product
 IM2COL_MIN_ENTRY = 1 << 17  # multiply-adds per batch entry of a gathered (im2col) product
+SYMBOLIC_BATCH = 64  # images a symbolic batch is planned for (the im2col buffer's bound)
 SPLIT_MAX_POINTS = 1 << 16  # split a reduction only if its output has at most this many points
 SPLIT_MIN_WORK = 1 << 15  # ... and it has at least this many iterations
 SPLIT_CHUNKS = 16  # partial results of a split reduction (>= the thread count, for balance)
@@ -217,10 +218,8 @@ def factor_contraction(st: ComputeStage, ov: Mapping[str, Any],
     keep = [[(d, ix.expr) for d, ix in g] for g in kept]
     groups = _factor_layout(st, rest, [(ra, keep[0]), (rb, keep[1])])
     dims = [r.tensor.shape[d] for r, g in groups for d, _ in g]
-    size = _work([IterVar("_", const(0), e) for e in dims], ())
-    points = _work(st.axes, ())
-    if math.isinf(size) or size > MAX_IM2COL or size > 16 * points \
-            or size * _work(const_axes, ()) < MIN_BLAS_WORK:
+    size, points = _planned(dims), _planned([a.extent for a in st.axes])
+    if size > MAX_IM2COL or size > 16 * points or size * _work(const_axes, ()) < MIN_BLAS_WORK:
         return None, st
     name = f"{st.name}_factor"
 
@@ -410,8 +409,8 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
     if not inner or f.per_entry(lead) < SHARED_BATCH_MIN_WORK:
         lead, inner = [], cols
     axes = lead + (list(red) + inner if last in inner else inner + list(red))
-    size = _work(axes, ())
-    if math.isinf(size) or size > MAX_IM2COL or f.work < MIN_BLAS_WORK:
+    size = _planned([x.extent for x in axes])  # (`col` grows with a symbolic batch)
+    if size > MAX_IM2COL or f.work < MIN_BLAS_WORK:
         return (), st
     name = f"{st.name}_im2col"
 
@@ -534,10 +533,13 @@ def _orient(f: SumOfProduct, batch: list[IterVar], shared: str = "") -> Contract
 def _copied(c: Contraction) -> float:
     """Elements a contraction copies: each operand that is not a (batch, rows, cols) view of
     its array, and the result when it must be permuted into the output's order."""
-    def size(shape: Sequence[Expr]) -> float:
-        return float(math.prod(_const(e) or 0 for e in shape))
-    n = sum(size(t.shape) for t, p in ((c.a, c.a_perm), (c.b, c.b_perm)) if not _blas_view(p))
-    return n + (size(c.bmn_shape) if c.out_perm is not None else 0.0)
+    n = sum(_planned(t.shape) for t, p in ((c.a, c.a_perm), (c.b, c.b_perm)) if not _blas_view(p))
+    return n + (_planned(c.bmn_shape) if c.out_perm is not None else 0.0)
+
+
+def _planned(extents: Sequence[Expr]) -> float:
+    """Their product for planning decisions, a symbolic extent counted as SYMBOLIC_BATCH."""
+    return float(math.prod(SYMBOLIC_BATCH if (c := _const(e)) is None else c for e in extents))
 
 
 def _blas_view(perm: tuple[int, ...]) -> bool:
