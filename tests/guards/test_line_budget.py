@@ -19,7 +19,7 @@ BUDGET = {
     "deriv": 1750,
     "ops": 2700,
     "schedule": 3466,
-    "kernels": 3474,
+    "kernels": 3482,
     "relax_bridge": 3172,
     "report": 1450,
     "testing": 500,

@@ -6,7 +6,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..arrays import eval_shape
 from ..schedule.plan import Plan
+from ..te.expr import Const
 from .kernel import Kernel
 from .numba_cpu import CPURenderer, compile_source
 from .render import Renderer
@@ -25,22 +27,29 @@ class CpuKernel(Kernel):
     def __init__(self, plan: Plan, renderer: Renderer | None = None) -> None:
         renderer = renderer or CPURenderer()
         super().__init__(plan, renderer)
-        self._ws_spec = [(tuple(int(s.value) for s in t.shape), t.dtype)  # type: ignore[attr-defined]
-                         for t in renderer.workspace(plan)]
+        self._ws_spec = [(t.shape, t.dtype) for t in renderer.workspace(plan)]
+        self._ws_sized = all(isinstance(s, Const) for t, _ in self._ws_spec for s in t)
         self._ws = threading.local()
         self._fn = compile_source(self.source)
 
     def __call__(self, *arrays: Any) -> tuple[np.ndarray, ...]:
         args, params = self._prepare(arrays)
-        ws = getattr(self._ws, "arrays", None)
-        if ws is None:
-            ws = self._ws.arrays = [np.empty(s, dtype=d) for s, d in self._ws_spec]
-        res = self._run(*args, *params, *ws)
+        res = self._run(*args, *params, *self._workspace(params))
         out: list[np.ndarray] = []
         for r, t in zip(res, self.plan.outputs, strict=True):
             r = r.reshape(()) if t.ndim == 0 else r
             out.append(r.copy() if any(np.may_share_memory(r, x) for x in out) else r)  # listed twice
         return tuple(out)
+
+    def _workspace(self, params: list[int]) -> list[np.ndarray]:
+        """This thread's workspace arrays for these symbolic dims' values (new when one changed)."""
+        ws = getattr(self._ws, "arrays", None)
+        if ws is not None and self._ws_sized:
+            return ws
+        shapes = [eval_shape(s, dict(zip(self.plan.params, params))) for s, _ in self._ws_spec]
+        if ws is None or any(a.shape != s for a, s in zip(ws, shapes)):
+            ws = self._ws.arrays = [np.empty(s, dtype=d) for s, (_, d) in zip(shapes, self._ws_spec)]
+        return ws
 
     def bind(self, arrays: Sequence[Any]) -> Callable[..., tuple[np.ndarray, ...]]:
         """This kernel on C-contiguous arrays shaped and typed as `arrays`, checked now, not again

@@ -286,8 +286,8 @@ def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
                                 f"least {MIN_BLAS_WORK} multiply-adds; remove the 'blas' override")
     if not loop_keys:
         st = tighten(st)
-    if (symbolic := _symbolic(st)) and loop_keys:  # sizes known at the call: memory order, rows,
-        return st  # split sums (chunk sizes computed at the call) and lanes as static ones
+    if _symbolic(st) and loop_keys:  # sizes known at the call: memory order, rows, split sums
+        return st  # (chunk sizes computed at the call), lanes and div/mod splits as static ones
     if not loop_keys:
         st = reorder_reductions(st)
     if ov.get("accumulate", not loop_keys):
@@ -300,7 +300,7 @@ def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
         lanes = _lanes(st)
         if lanes > 1:
             return _cpu(st, lanes=lanes)
-    if not loop_keys and not symbolic:
+    if not loop_keys:
         return _split_div_mod(st)
     return st
 

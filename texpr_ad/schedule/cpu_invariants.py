@@ -68,17 +68,19 @@ def _safe(e: Expr) -> bool:
 
 
 def workspace(st: Stage, outputs: set[int], ov: Mapping[str, Any]) -> Stage:
-    """Step 10: the stage's intermediates of at least WORKSPACE_MIN_BYTES (static shapes),
-    passed in preallocated (override `workspace`: bool)."""
+    """Step 10: the stage's intermediates of at least WORKSPACE_MIN_BYTES, or with a symbolic
+    dim (their size is known at the call: a batch), passed in preallocated (override
+    `workspace`: bool)."""
     if st.cpu is None or not ov.get("workspace", True):
         return st
     ts = st.tensors if isinstance(st, ComputeStage) else (st.tensor,)
     found: list[Tensor] = []
     for t in ts:
-        if t is None or id(t) in outputs or not all(isinstance(s, Const) for s in t.shape):
+        if t is None or id(t) in outputs or not t.shape:
             continue
         size = np.dtype("bool" if t.dtype == "bool" else t.dtype).itemsize
-        if math.prod(int(s.value) for s in t.shape) * size >= WORKSPACE_MIN_BYTES:  # type: ignore[attr-defined]
+        if math.prod(int(s.value) if isinstance(s, Const) else WORKSPACE_MIN_BYTES
+                     for s in t.shape) * size >= WORKSPACE_MIN_BYTES:
             found.append(t)
     return _cpu(st, workspace=tuple(found)) if found else st
 

@@ -64,12 +64,9 @@ def _default_fuse(order: Sequence[IterVar]) -> int:
     if len(order) <= 1:
         return len(order)
     fused, chunks = 0, 1
-    for a in order[:-1]:
+    for a in order[:-1]:  # (a symbolic extent may be small, a batch of one: it counts as 1)
         fused += 1
-        c = const_int(a.extent)
-        if c is None:
-            break
-        chunks *= c
+        chunks *= const_int(a.extent) or 1
         if chunks >= MIN_PARALLEL_CHUNKS:
             break
     return fused
