@@ -51,12 +51,14 @@ operator (from the same interleaved runs).
 plainly in te and trained through `texpr_ad.torch`, against PyTorch eager and `torch.compile`
 (`python -m bench.user_ops` runs that section alone).  `--overhead` adds the per-call overhead
 of a texpr_ad torch op on 1000 floats next to plain torch and an empty `torch.library.custom_op`
-(bench/overhead.py; `python -m bench.overhead` alone).  With `--user` a last summary takes the
+(bench/overhead.py; `python -m bench.overhead` alone), `--symbolic` the workloads' kernels built
+for a batch known only at the call against static ones (bench/symbolic.py).  With `--user` a
+last summary takes the
 registry, plain and user-op rows together: geomean texpr/eager and texpr/Inductor per comparison
 and every row above 1.5x Inductor.
 
 Options: --only NAME[,NAME], --repeat N, --target cpu|cuda, --quick, --no-compile, --no-plain,
---no-inductor, --inductor-simdlen BITS, --user, --overhead.
+--no-inductor, --inductor-simdlen BITS, --user, --overhead, --symbolic.
 """
 from __future__ import annotations
 
@@ -514,6 +516,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="then the user-op section (bench/user_ops.py: te vs eager vs torch.compile)")
     ap.add_argument("--overhead", action="store_true",
                     help="then the per-call overhead of a torch op on 1000 floats (bench/overhead.py)")
+    ap.add_argument("--symbolic", action="store_true",
+                    help="then symbolic-batch kernels against static ones (bench/symbolic.py)")
     add_simdlen_option(ap)
     ap.add_argument("--compile-probe", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -557,6 +561,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench import overhead
         print()
         overhead.run(a.repeat)
+    if a.symbolic:
+        from bench import symbolic
+        print()
+        symbolic.run(names, a.quick, a.repeat)
     return 0
 
 

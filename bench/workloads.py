@@ -34,7 +34,14 @@ class Workload:
         return tuple(k for k, t in enumerate(self.inputs) if t.dtype.startswith("float"))
 
 
+_BATCH: dict[str, Any] = {}  # make(symbolic_batch=True): {"size": the first input's dim 0, "var"}
+
+
 def _ph(shape_: tuple[int, ...], name: str, dtype: str = "float32") -> Tensor:
+    """A placeholder; under make(symbolic_batch=True) a dim 0 of the batch's size is a te.var."""
+    if "var" in _BATCH and shape_:
+        size = _BATCH.setdefault("size", shape_[0])
+        shape_ = (_BATCH["var"], *shape_[1:]) if shape_[0] == size else shape_  # type: ignore[assignment]
     return te.placeholder(shape_, dtype, name=name)
 
 
@@ -180,8 +187,15 @@ WORKLOADS: dict[str, Callable[[bool, np.random.Generator], Workload]] = {
                             transpose_reshape, take_embedding, strided_slice, batch_matmul)}
 
 
-def make(name: str, quick: bool = False, seed: int = 0) -> Workload:
-    """The workload `name` with inputs drawn from `seed`."""
+def make(name: str, quick: bool = False, seed: int = 0, symbolic_batch: bool = False) -> Workload:
+    """The workload `name` with inputs drawn from `seed`; `symbolic_batch`: the first input's
+    dim 0, in every input with a dim 0 of that size, is a te.var (bench/symbolic.py)."""
     if name not in WORKLOADS:
         raise KeyError(f"unknown workload {name!r}; choose from {sorted(WORKLOADS)}")
-    return WORKLOADS[name](quick, np.random.default_rng(seed))
+    _BATCH.clear()
+    if symbolic_batch:
+        _BATCH["var"] = te.var("batch")
+    try:
+        return WORKLOADS[name](quick, np.random.default_rng(seed))
+    finally:
+        _BATCH.clear()
