@@ -231,6 +231,8 @@ def test_parallel_scatter_zeroes_in_parallel_including_unwritten_rows():
     out = te.compute((1024, 512), lambda i, j: acc[i, j] * 2.0, name="out")
     for target, inputs in ((acc, [ids, g]), (out, [ids, g])):
         plan, src = render([target], inputs)
+        assert plan.stage("acc").cpu.zero == "chunks"  # the plan decides, the renderer prints
+        assert "zeroed: the target in parallel, in chunks of the flat array" in str(plan)
         assert "acc = np.zeros" not in src and "acc.fill(0)" not in src
         assert ("for acc_z in prange((acc_flat.size + 16383) // 16384):\n"
                 "        acc_flat[acc_z * 16384:(acc_z + 1) * 16384] = 0") in src, src
@@ -243,6 +245,29 @@ def test_parallel_scatter_zeroes_in_parallel_including_unwritten_rows():
         want = np.zeros((1024, 512), np.float32)
         np.add.at(want, i, x)
         np.testing.assert_allclose(k(i, x)[0], 2 * want, rtol=1e-6, atol=1e-6)
+
+
+def test_scatter_over_whole_rows_zeroes_its_own_slices():
+    """acc[ids[t], :] += g over a prange of the target's leading dim: each iteration owns whole
+    rows, so it zeroes its own slice (pages first touched by the thread writing them)."""
+    src_ids = te.placeholder((64,), "int32", name="src")
+    g = te.placeholder((64, 32, 16), "float32", name="g")
+    r = IterVar("r", const(0), const(64), "data")
+    c = IterVar("c", const(0), const(32), "data")
+    d = IterVar("d", const(0), const(16), "data")
+    op = ScatterOp("acc", (const(64), const(32), const(16)), "float32", (r, c, d),
+                   (r, c, src_ids[r] % 16), g[r, c, d], const(True))
+    acc = Tensor(op, 0, op.shape, "float32")
+    plan, src = render([acc], [src_ids, g])
+    assert plan.stage("acc").cpu.zero == "own slices", str(plan)
+    assert "acc = np.empty((64, 32, 16)" in src and "acc[r].fill(0)" in src
+    k = ta.build([acc], [src_ids, g])
+    rng = np.random.default_rng(3)
+    i, x = rng.integers(0, 99, 64).astype(np.int32), rng.standard_normal((64, 32, 16)).astype(np.float32)
+    want = np.zeros((64, 32, 16), np.float32)
+    for row in range(64):
+        want[row, :, i[row] % 16] += x[row].sum(1)
+    np.testing.assert_allclose(k(i, x)[0], want, rtol=1e-5, atol=1e-5)
 
 
 # -- naming and determinism ---------------------------------------------------------------------------

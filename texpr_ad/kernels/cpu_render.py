@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from ..schedule.loopnest import Loop, LoopKind, Place, refs
-from ..schedule.plan import ComputeStage, ScatterStage, wide_sum
+from ..schedule.plan import ComputeStage, ScatterStage, Zeroing, wide_sum
 from ..te.expr import Const, Expr, IterVar, Read, Reduce
 from ..te.visit import walk
 from .cpu_fold import LANE_STEP, CPUFold
@@ -223,8 +223,8 @@ class CPURender(CPUFold):
         self.emit(1, f"# stage {st.name}: scatter-add, {st.strategy}")
         t, name = st.tensor, self.tensor(st.tensor)
         block = st.cpu.block if st.cpu is not None else 0
-        own = not block and _owns_slices(st)
-        split = st.parallel_axis is not None and len(st.shape) > 0 and not own
+        zero = st.cpu.zero if st.cpu is not None else Zeroing.SERIAL
+        own, split = zero is Zeroing.OWN_SLICES, zero is Zeroing.CHUNKS
         if id(t) not in self.ws:
             alloc = "np.empty" if own or split else "np.zeros"
             self.emit(1, f"{name} = {alloc}({self.shape(st.shape)}, dtype=np.{_np_dtype(t.dtype)})")
@@ -385,17 +385,6 @@ class CPURender(CPUFold):
         if c.out_perm is not None:
             self.emit(2, f"{out}[...] = {res}.reshape({self.shape(c.bmn_shape)})"
                          f".transpose({c.out_perm!r})")
-
-
-def _owns_slices(st: ScatterStage) -> bool:
-    """Whether each parallel iteration of `st` can zero its own slice: whole sub-arrays (the
-    parallel dim is not the last) that together cover the target (the axis starts at 0 and
-    spans the dim)."""
-    p = st.parallel_axis
-    if p is None or not is_zero(p.lo) or st.parallel_dim == len(st.shape) - 1:
-        return False
-    ext, dim = p.extent, st.shape[st.parallel_dim]
-    return isinstance(ext, Const) and isinstance(dim, Const) and ext.value == dim.value
 
 
 def _plain(group: Sequence[ComputeStage | ScatterStage]) -> bool:

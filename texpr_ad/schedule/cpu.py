@@ -75,7 +75,7 @@ from .loopnest import Place, refs
 from .nest import MIN_PARALLEL_CHUNKS, Expander, compute_stage
 from .nest import const_int as _const, iteration_count as _work, reduction_notes as _reduction_notes
 from .plan import (Accumulate, ComputeStage, Contraction, CpuStagePlan, Inline, Plan,
-                   ScatterStage, ScheduleError, Split, Stage)
+                   ScatterStage, ScheduleError, Split, Stage, Zeroing)
 from .plan import with_cpu as _cpu
 
 
@@ -112,7 +112,7 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
             st = cpu_strategies(st, ov) if isinstance(st, ComputeStage) else scatter_block(st)
         elif "parallel" not in ov:
             st = scatter_block(st)
-        stages.append(st)
+        stages.append(zeroing(st) if isinstance(st, ScatterStage) else st)
     stages, cropped = fold_crops(stages, overrides)
     stages, dropped = drop_unread(stages, plan)
     dropped = cropped + dropped
@@ -607,6 +607,18 @@ def _accumulate(st: ComputeStage) -> Accumulate | None:
         r.source[0].dtype in ("float32", "float64") and \
         isinstance(r.condition, Const) and r.condition.value is True
     return Accumulate(row, split, SPLIT_CHUNKS if split is not None else 0, vector)
+
+
+def zeroing(st: ScatterStage) -> ScatterStage:
+    """How a parallel scatter zeroes its target: each prange iteration its own slice where the
+    slices are whole sub-arrays that cover it (the parallel dim is not the last, its axis spans
+    it; pages are first touched by the thread that writes them), else in parallel chunks."""
+    p, blocked = st.parallel_axis, st.cpu is not None and st.cpu.block
+    if p is None or not st.shape:
+        return st
+    own = not blocked and _is_zero(p.lo) and st.parallel_dim != len(st.shape) - 1 \
+        and (e := _const(p.extent)) is not None and e == _const(st.shape[st.parallel_dim])
+    return _cpu(st, zero=Zeroing.OWN_SLICES if own else Zeroing.CHUNKS)
 
 
 def scatter_block(st: ScatterStage) -> ScatterStage:

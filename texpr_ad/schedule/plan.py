@@ -194,6 +194,14 @@ class StageKind(Kind):
     SCATTER = "scatter"
 
 
+class Zeroing(Kind):
+    """How a CPU scatter's target is zeroed before its updates (schedule/cpu.zeroing)."""
+
+    SERIAL = "serial"  # np.zeros (a workspace: fill(0)) before the loops; the others: ZEROING
+    OWN_SLICES = "own slices"
+    CHUNKS = "chunks"
+
+
 class CudaStrategy(Kind):
     """How a stage runs on CUDA (see schedule/cuda.py for when each is chosen)."""
 
@@ -216,7 +224,7 @@ class CpuStagePlan:
     serial loops, in order), `reciprocals` (hoisted float32 divisors whose quotients
     become products with the reciprocal) and `fold_hoisted` (values a reduction's terms share,
     computed once before its loops).  Scatter stages: `block` (prange over blocks of
-    that many values of the parallel axis, innermost).  Both: `workspace` (the stage's
+    that many values of the parallel axis, innermost), `zero` (how the target is zeroed).  Both: `workspace` (the stage's
     intermediates passed in as preallocated arrays, reused across calls); `views` ((view,
     input) pairs: the stage reads the input reshaped, reorder.collapse_reductions).  Which stages
     share a loop is not a stage decision: it is the plan's `nest` (loopnest.py).
@@ -230,6 +238,7 @@ class CpuStagePlan:
     reciprocals: tuple[Expr, ...] = ()
     fold_hoisted: tuple[Expr, ...] = ()
     block: int = 0
+    zero: Zeroing = Zeroing.SERIAL
     workspace: tuple[Tensor, ...] = ()
     views: tuple[tuple[Tensor, Tensor], ...] = ()
 
@@ -449,10 +458,17 @@ def _cpu_lines(c: CpuStagePlan) -> list[str]:
         out.append(f"  reciprocal: float32 division by {', '.join(expr_str(e) for e in c.reciprocals)}"
                    f" as a product with its reciprocal, computed once (within 1 ulp; scaled by "
                    f"a power of two when 1/d is not normal)")
+    if c.zero is not Zeroing.SERIAL:
+        out.append(f"  zeroed: the target in parallel, {ZEROING[c.zero]}")
     if c.workspace:
-        out.append(f"  workspace: {', '.join(t.name for t in c.workspace)} (at least "
-                   f"1 MiB: allocated once per thread, reused by later calls)")
+        out.append(f"  workspace: {', '.join(t.name for t in c.workspace)} (at least 1 MiB or "
+                   f"sized at the call: allocated once per thread, reused by later calls)")
     return out
+
+
+ZEROING = {Zeroing.OWN_SLICES: "each prange iteration its own slice (whole sub-arrays; pages "
+                               "first touched by the thread that writes them)",
+           Zeroing.CHUNKS: "in chunks of the flat array (the slices are not whole sub-arrays)"}
 
 
 def _loops(s: ComputeStage) -> str:
