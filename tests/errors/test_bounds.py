@@ -200,6 +200,10 @@ def test_reduce_range_read_from_data(segments):
     (g,) = bwd(good, x, np.ones(3))
     np.testing.assert_allclose(g, np.where(np.arange(5) < good[:, None], 2 * x, 0.0))
     assert "_chk(k" not in fwd.source  # checked once per row at loop entry, not per element
+    # the plan holds the decision the renderer prints, and shows it
+    (entry,) = fwd.plan.checks["S"].at_entry.values()
+    assert [(r.tensor.name, d) for r, d, _ in entry] == [("X", 1)]
+    assert "S: X[i, k] dim 1 at the entry of loop k" in str(fwd.plan), str(fwd.plan)
     bad = np.array([1, 6, 0], np.int32)  # row 1 would run into row 2 (the gradient wrote there)
     for kern, args, what in ((fwd, (bad, x), "read X"), (bwd, (bad, x, np.ones(3)), "scatter"),
                              (tan, (bad, x, x), "read")):

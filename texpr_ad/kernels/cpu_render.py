@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from ..schedule.checks import node_checks, plain
 from ..schedule.loopnest import Loop, LoopKind, Place, refs
 from ..schedule.plan import ComputeStage, ScatterStage, Zeroing, wide_sum
 from ..te.expr import Const, Expr, IterVar, Read, Reduce
 from ..te.visit import walk
 from .cpu_fold import LANE_STEP, CPUFold
 from .render import (CHECK_NAME, ERR_NAME, KERNEL_NAME, _describe, _is_placeholder, _np_dtype,
-                     is_zero, loop_entry_checks, reduce_groups, stage_unproven, top)
+                     is_zero, reduce_groups, top)
 
 
 class CPURender(CPUFold):
@@ -30,9 +31,8 @@ class CPURender(CPUFold):
             group = [p.stage(r.name) for r in refs((node,))]
             st = group[-1]
             self.lines, self.checked, self.scope = [], False, st.name
-            self.unproven = stage_unproven(group)
-            self.hoist, self.hoisted = (loop_entry_checks(self.unproven)
-                                        if _plain(group) else {}), set()
+            c = p.checks.get(st.name) or node_checks(group, plain(group))  # (a plan made by hand)
+            self.unproven, self.hoist, self.hoisted = c.unproven, c.at_entry, set()
             first_site = len(self.sites)
             if isinstance(node, Loop):
                 NEST_RULES[node.kind](self, node)
@@ -385,12 +385,6 @@ class CPURender(CPUFold):
         if c.out_perm is not None:
             self.emit(2, f"{out}[...] = {res}.reshape({self.shape(c.bmn_shape)})"
                          f".transpose({c.out_perm!r})")
-
-
-def _plain(group: Sequence[ComputeStage | ScatterStage]) -> bool:
-    """A stage whose loops all go through `range_loop` (no lanes, BLAS, row accumulation, join)."""
-    return len(group) == 1 and isinstance(st := group[0], ComputeStage) and st.cpu is not None \
-        and st.cpu.lanes <= 1 and st.cpu.accumulate is None and st.cpu.contraction is None
 
 
 ZERO_CHUNK = 1 << 14  # elements a prange iteration zeroes in a parallel scatter's target

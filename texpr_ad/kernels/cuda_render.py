@@ -14,13 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..schedule.checks import node_checks
 from ..schedule.cuda import rectangular_prefix
 from ..schedule.plan import ComputeStage, CudaStrategy, Plan, ScatterStage, wide_sum
 from ..te.expr import Call, Const, Expr, Read, Reduce
 from ..te.ops import Op
 from ..te.visit import walk
 from .render import (ERR_NAME, EXPR_RULES, KERNEL_NAME, WIDE_ZERO, Renderer, RenderPass, Rule,
-                     _atom, _is_placeholder, read_site, reduce_groups, stage_unproven, top)
+                     _atom, _is_placeholder, read_site, reduce_groups, top)
 
 
 # -- expression table: numba.cuda lacks most NumPy ufuncs in kernels, so use math.* ------------
@@ -150,7 +151,7 @@ class _CudaRender(RenderPass):
         kernels: list[_Kernel] = []
         for st in p.stages:
             self.scope = st.name
-            self.unproven = stage_unproven([st])
+            self.unproven = (p.checks.get(st.name) or node_checks([st], False)).unproven
             outs = list(st.tensors) if isinstance(st, ComputeStage) else [st.tensor]
             parts: list[tuple[str, str]] = []
             if isinstance(st, ComputeStage) and st.cuda and st.cuda.split > 1:

@@ -22,8 +22,7 @@ import numpy as np
 from ..te import dtype as dt
 from ..te.expr import Call, CommReducer, Const, Expr, IterVar, Read, Reduce, Var
 from ..te.ops import Op
-from ..te.affine import to_affine
-from ..te.bounds import Verdict, dead, dim_verdict, facts, unproven_dims
+from ..te.bounds import Verdict, dead, dim_verdict, facts
 from ..te.printer import expr_str
 from ..te.tensor import ScatterUpdate, Tensor
 from ..te.visit import children, walk
@@ -450,41 +449,6 @@ class RenderPass:
 
 
 # -- helpers ------------------------------------------------------------------------------------------
-
-def stage_unproven(group: Sequence[ComputeStage | ScatterStage]) -> dict[Read, set[int]]:
-    """Read dims of a stage (or joined group) that te.bounds cannot prove in bounds; a read in
-    several places is checked if one of them needs it."""
-    parts: list[tuple[Expr, tuple[Expr, ...]]] = []
-    for st in group:
-        if isinstance(st, ComputeStage):
-            parts += [(b, ()) for b in st.bodies]
-        else:
-            for u in st.updates:
-                parts += [(u.condition, ())]
-                parts += [(e, tuple(facts(u.condition))) for e in (*u.index, u.value)]
-    out: dict[Read, set[int]] = {}
-    for e, known in parts:
-        for r, dims in unproven_dims([e], known).items():
-            out.setdefault(r, set()).update(dims)
-    return out
-
-
-def loop_entry_checks(unproven: dict[Read, set[int]]) -> dict[IterVar, list[tuple[Read, int, int]]]:
-    """Unproven read dims indexed `a + c` by a loop axis `a` whose bounds are read from data
-    (`reduce_axis((0, L[i]))`): checking both ends of the range at loop entry covers every point
-    (the index is monotone in `a`), so the innermost loop pays nothing."""
-    out: dict[IterVar, list[tuple[Read, int, int]]] = {}
-    for r, dims in unproven.items():
-        for d in sorted(dims):
-            aff = to_affine(r.indices[d])
-            if aff is None or len(aff[0]) != 1:
-                continue
-            ((a, k),) = aff[0].items()
-            if k == 1 and isinstance(a, IterVar) and any(
-                    isinstance(x, Read) for b in (a.lo, a.extent) for x in walk(b)):
-                out.setdefault(a, []).append((r, d, aff[1]))
-    return out
-
 
 def scatter_dim_unproven(st: ScatterStage, u: ScatterUpdate, d: int) -> bool:
     """A scatter's target index dim `d` must be checked (not proven inside the target)."""

@@ -67,6 +67,7 @@ from ..te.visit import bounds_depend_on_axes, children, substitute, walk
 from . import cpu_implicit, normalize
 from .contraction import Operand, Role, SumOfProduct, normal_form, product
 from .cpu_col2im import col2im_scatter
+from .checks import node_checks, plain
 from .cpu_invariants import hoist, workspace
 from .fuse import fuse
 from .reorder import collapse_rows, reorder_reductions, static_size, tighten
@@ -123,8 +124,10 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
     stages = [st if st.name in buffers else workspace(st, outs, overrides.get(st.name, {}))
               for st in stages]
     stages = collapse_rows(stages, nest, plan.inputs, set(overrides))
-    return replace(plan, target="cpu", stages=tuple(stages), inlined=plan.inlined + dropped,
-                   nest=nest)
+    out = replace(plan, target="cpu", stages=tuple(stages), inlined=plan.inlined + dropped,
+                  nest=nest)
+    groups = [[out.stage(r.name) for r in refs((n,))] for n in out.tree]
+    return replace(out, checks={g[-1].name: node_checks(g, plain(g)) for g in groups})
 
 
 def fold_crops(stages: list[Stage], overrides: Mapping[str, Mapping[str, Any]]

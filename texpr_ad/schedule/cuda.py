@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 from ..te.expr import Const, Expr, IterVar, Reduce
 from ..te.visit import bounds_depend_on_axes, walk
+from .checks import node_checks
 from .plan import ComputeStage, CudaStagePlan, CudaStrategy, Plan, ScatterStage, Stage
 
 BLOCK_MAX_POINTS = 4096   # block reduction only if the stage has at most this many output points
@@ -145,7 +146,8 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
         split = block_split(st) if how is CudaStrategy.BLOCK else 1  # type: ignore[arg-type]
         st = replace(st, cuda=CudaStagePlan(how, split))
         stages.append(replace(st, notes=(*st.notes, _note(st))))
-    return replace(plan, target="cuda", stages=tuple(stages))
+    return replace(plan, target="cuda", stages=tuple(stages),
+                   checks={st.name: node_checks([st], False) for st in stages})
 
 
 plan_for_cuda = refine  # the name tools and tests used

@@ -12,12 +12,12 @@ with the override and says so in its notes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 
 from ..errors import TexprError
 from ..te.bounds import bound
-from ..te.expr import Const, Expr, IterVar, Reduce, ReduceKind, Var
+from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind, Var
 from ..te.printer import expr_str
 from ..te.tensor import ScatterUpdate, Tensor, shape_str
 from .loopnest import Kind, Loop, Node, Place, StageRef, refs
@@ -330,6 +330,23 @@ def with_cpu(st: S, **kw: Any) -> S:
     return replace(st, cpu=replace(st.cpu or CpuStagePlan(), **kw), **own)
 
 
+@dataclass(frozen=True, eq=False)
+class Checks:
+    """A node's run-time bounds checks (schedule/checks.py): `unproven`, read -> its dims
+    checked where read; `at_entry`, loop axis -> (read, dim, offset) checked at its entry."""
+
+    unproven: dict[Read, set[int]] = field(default_factory=dict)
+    at_entry: dict[IterVar, list[tuple[Read, int, int]]] = field(default_factory=dict)
+
+    def lines(self, name: str) -> list[str]:
+        entry = {(id(r), d) for rs in self.at_entry.values() for r, d, _ in rs}
+        where = [f"{expr_str(r)} dim {d}" for r, ds in self.unproven.items() for d in sorted(ds)
+                 if (id(r), d) not in entry]
+        where += [f"{expr_str(r)} dim {d} at the entry of loop {a.name}"
+                  for a, rs in self.at_entry.items() for r, d, _ in rs]
+        return [f"  {name}: {'; '.join(where)}"] if where else []
+
+
 @dataclass(frozen=True)
 class Plan:
     """The whole kernel: inputs, symbolic dims, the materialized stages in order, and (CPU)
@@ -343,6 +360,7 @@ class Plan:
     inlined: tuple[Inline, ...]
     accumulation: str = ACCUMULATION
     nest: tuple[Node, ...] = ()
+    checks: dict[str, Checks] = field(default_factory=dict, compare=False)  # by tree node
 
     @property
     def tree(self) -> tuple[Node, ...]:
@@ -398,6 +416,9 @@ class Plan:
             lines += ["", "loops shared by stages:", *nest_lines(self.nest)]
         for s in self.stages:
             lines += ["", *_stage_lines(s)]
+        checked = [x for name, c in self.checks.items() for x in c.lines(name)]
+        if checked:
+            lines += ["", "run-time bounds checks (reads te.bounds cannot prove in range):", *checked]
         if self.inlined:
             lines += ["", "inlined (not materialized):"]
             lines += [f"  {i.stage} -> {i.into}: {i.reason}" for i in self.inlined]
