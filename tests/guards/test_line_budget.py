@@ -19,7 +19,7 @@ BUDGET = {
     "deriv": 1750,
     "ops": 2700,
     "schedule": 3562,
-    "kernels": 3438,
+    "kernels": 3451,
     "relax_bridge": 3172,
     "report": 1450,
     "testing": 500,

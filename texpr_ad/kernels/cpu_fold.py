@@ -66,8 +66,9 @@ class CPUFold(RenderPass):
             count = self.names.fresh(f"{stage}_n")
         kb, kk = self.names.fresh(f"{stage}_kb"), self.names.fresh(f"{stage}_kk")
         blk = self.names.fresh(f"{stage}_blk")
-        nb = f"({count} + {SUM_BLOCK - 1}) // {SUM_BLOCK}" if n is None else -(-n // SUM_BLOCK)
-        inner = str(SUM_BLOCK) if n is not None and n % SUM_BLOCK == 0 else \
+        # a static count: its full blocks, then the shorter last one (a count LLVM knows)
+        nb = f"({count} + {SUM_BLOCK - 1}) // {SUM_BLOCK}" if n is None else n // SUM_BLOCK
+        inner = str(SUM_BLOCK) if n is not None else \
             f"min({SUM_BLOCK}, {count} - {kb} * {SUM_BLOCK})"
 
         def blocks(d: int) -> None:
@@ -76,11 +77,13 @@ class CPUFold(RenderPass):
                 self.emit(d, f"{count} = min({chunk.size}, {chunk.n} - {start})")
             self.emit(d, f"for {kb} in range({nb}):")
 
-        def block(d: int) -> None:
-            self.emit(d, f"for {kk} in range({inner}):")
+        def one_block(d: int, size: str = inner, at: str = f"{kb} * {SUM_BLOCK}") -> None:
+            self.emit(d, f"for {kk} in range({size}):")
             base = start if chunk is None else f"{chunk.lo}{start} + "
-            self.emit(d + 1, f"{self.axis(ax)} = {base}{kb} * {SUM_BLOCK} + {kk}")
-        return [Level(acc, blocks, True), Level(blk, block)]
+            self.emit(d + 1, f"{self.axis(ax)} = {base}{at} + {kk}")
+        tail = None if n is None or not n % SUM_BLOCK else \
+            (lambda d: one_block(d, str(n % SUM_BLOCK), str(n - n % SUM_BLOCK)))
+        return [Level(acc, blocks, True), Level(blk, one_block, tail=tail)]
 
     def fold_nest(self, depth: int, levels: list[Level],
                   folds: Sequence[tuple[Reduce, list[str], Callable[[int], str]]]) -> None:
@@ -89,19 +92,29 @@ class CPUFold(RenderPass):
         accumulator with `inner(depth)` (which may emit statements first), and fold each level
         into the one outside it as its loop ends.  `folds`: (reduction, an accumulator per
         level, inner) for each reduction stepping in these loops."""
-        d = depth
-        for k, lv in enumerate(levels):
+        def open_(k: int, d: int, opener: Callable[[int], None]) -> None:
             for r, accs, _ in folds:
                 ident = top(self.expr(r.combiner.identity[0], {}))
-                self.emit(d, f"{accs[k]} = {WIDE_ZERO if lv.f64 else ident}")
-            lv.open(d)
-            d += 1
-        for r, accs, inner in folds:
-            self.emit(d, f"{accs[-1]} = {inner(d)}")
-        for k in range(len(levels) - 1, 0, -1):
+                self.emit(d, f"{accs[k]} = {WIDE_ZERO if levels[k].f64 else ident}")
+            opener(d)
+
+        def steps(d: int) -> None:
+            for r, accs, inner in folds:
+                self.emit(d, f"{accs[-1]} = {inner(d)}")
+
+        def fold(k: int, d: int) -> None:  # level k's accumulators into level k - 1's
             for r, accs, _ in folds:
                 step = LANE_STEP[r.combiner.kind]
-                self.emit(depth + k, f"{accs[k - 1]} = {step}({accs[k - 1]}, {accs[k]})")
+                self.emit(d, f"{accs[k - 1]} = {step}({accs[k - 1]}, {accs[k]})")
+        for k, lv in enumerate(levels):
+            open_(k, depth + k, lv.open)
+        steps(depth + len(levels))
+        for k in range(len(levels) - 1, 0, -1):
+            fold(k, depth + k)
+            if (tail := levels[k].tail) is not None:  # the last, shorter block after the blocks
+                open_(k, depth + k - 1, tail)
+                steps(depth + k)
+                fold(k, depth + k - 1)
 
     def lane_reduction(self, depth: int, groups: list[Reduce], env: dict[Expr, str], stage: str,
                        lanes: int) -> None:
@@ -344,11 +357,13 @@ class CPUFold(RenderPass):
 @dataclass(frozen=True)
 class Level:
     """One loop of a fold: its accumulator, and `open(depth)`, which emits the loop's header
-    (and the lines it needs before it, at the same depth, or first inside it)."""
+    (and the lines it needs before it, at the same depth, or first inside it); an innermost
+    block level of a static count may have a `tail` run once after its blocks' loop."""
 
     acc: str
     open: Callable[[int], None]
     f64: bool = False
+    tail: Callable[[int], None] | None = None  # the last, shorter block's loop (after the blocks)
 
 
 @dataclass(frozen=True)
