@@ -42,6 +42,8 @@ cat "$OUT"/sweep_*.err > "$OUT/sweep.err" 2>/dev/null; rm -f "$OUT"/sweep_*.err
 
 echo "== per-call overhead (python -m bench.cuda_overhead)"
 timeout 40 $PY -m bench.cuda_overhead 2>&1 | grep -v Warn
+echo "== where a torch op's per-call time goes on CUDA (python -m bench.cuda_profile)"
+timeout 60 $PY -m bench.cuda_profile >"$OUT/cuda_profile.txt" 2>&1; head -2 "$OUT/cuda_profile.txt"
 echo "== python -m bench.cuda --no-compile"
 timeout 80 $PY -m bench.cuda --repeat 5 --no-compile 2>"$OUT/bench_cuda.err" | tee "$OUT/bench_cuda.log"
 echo "== python -m bench.user_ops --device cuda (segment_sum last, alone: a device-side assert ends the process's CUDA context)"
