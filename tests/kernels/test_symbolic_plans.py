@@ -153,3 +153,24 @@ def test_symbolic_batch_fuses_the_prange_as_a_static_one():
     x = te.placeholder((te.var("n"), 64, 16, 16), "float32", name="x")
     st = plan_kernel([nn.avg_pool2d(x, 2, 2)], [x]).stages[0]
     assert st.fused == 2, str(st)
+
+
+def test_strided_slice_over_a_symbolic_batch():
+    """A slice from a start >= 0 to the end of a symbolic dim, with a positive stride, keeps the
+    dim symbolic (its length max((n - start + stride - 1) // stride, 0)); forward and gradient
+    equal NumPy's slicing at every batch, an empty one included.  Other slices of a symbolic dim
+    are an error naming the dim."""
+    from texpr_ad.ops import reduction
+    n = te.var("n")
+    x = te.placeholder((n, 12), "float64", name="x")
+    fwd, bwd = ta.vjp([reduction.strided_slice(x, [1, 1], [None, None], [2, 3])], [x])
+    for rows in (0, 1, 2, 5, 8):
+        xs = np.random.default_rng(rows).standard_normal((rows, 12))
+        (out,), res = fwd(xs)
+        np.testing.assert_array_equal(out, xs[1::2, 1::3])
+        g = np.random.default_rng(9).standard_normal(out.shape)
+        want = np.zeros_like(xs)
+        want[1::2, 1::3] = g
+        np.testing.assert_array_equal(bwd(res, g)[0], want)
+    with pytest.raises(te.TensorError, match=r"dim 0 of 'x' is symbolic \(n\)"):
+        reduction.strided_slice(x, [0], [4], [1])

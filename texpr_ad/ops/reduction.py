@@ -308,8 +308,17 @@ def strided_slice(data: Tensor, begin: Sequence[int | None], end: Sequence[int |
             steps.append(1)
             out_shape.append(s)
             continue
-        if not isinstance(s, int):
-            raise TensorError(f"strided_slice: dim {d} of {data.name!r} must be static")
+        if not isinstance(s, int):  # a symbolic dim: from a start >= 0 to its end, stride > 0
+            b, st = begin[d] or 0, strides[d]
+            if end[d] is not None or b < 0 or st <= 0:
+                raise TensorError(f"strided_slice: dim {d} of {data.name!r} is symbolic ({s}): "
+                                  f"slice it from a start >= 0 to its end (end None) with a "
+                                  f"positive stride, or make the dim static")
+            starts.append(b)
+            steps.append(st)
+            rest = s - b if b else s
+            out_shape.append(s if (b, st) == (0, 1) else te.max((rest + st - 1) // st, 0))
+            continue
         if strides[d] == 0:
             raise TensorError(f"strided_slice of {data.name!r}: stride of dim {d} is 0")
         start, stop, step = slice(begin[d], end[d], strides[d]).indices(s)
