@@ -15,6 +15,8 @@ version counters.
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, NamedTuple, Sequence
 
@@ -73,6 +75,8 @@ class Pullback:
         self.decisions = choose(self.outputs, live, self.heads, save)
         self.saved = [d.tensor for d in self.decisions if d.save]
         self.extra = [t for t in self.saved if all(t is not o for o in self.outputs)]
+        results = self.outputs + self.extra  # the forward kernel's; each saved one's place in them
+        self._saved_at = [next(k for k, o in enumerate(results) if o is t) for t in self.saved]
         self.slots = [te.placeholder(t.shape, t.dtype, name=f"saved_{t.name}") for t in self.saved]
         images = dict(zip(self.saved, self.slots, strict=True))
         for d in self.decisions:  # elementwise tensors rebuilt from saved ones (softmax's exp)
@@ -114,12 +118,18 @@ class Pullback:
 
     def residuals(self, arrays: Sequence[Any], outs: Sequence[Any], extra: Sequence[Any]) -> Residuals:
         """The residuals of one forward call: its input arrays, outputs and extra saved arrays."""
-        by_id = {id(t): a for t, a in zip(self.outputs + self.extra, [*outs, *extra], strict=True)
-                 } if self.saved else {}  # save="none": the inputs alone
-        args = [arrays[k] for k in self.input_positions] + [by_id[id(t)] for t in self.saved]
-        return Residuals(id(self), tuple(args), self.residual_names)
+        return Residuals(id(self), tuple(self.reads(arrays, [*outs, *extra])), self.residual_names)
 
-    @property
+    def reads(self, arrays: Sequence[Any], results: Sequence[Any]) -> list[Any]:
+        """The backward kernel's arrays before the cotangents, of a forward call's `results`."""
+        return [arrays[k] for k in self.input_positions] + [results[k] for k in self._saved_at]
+
+    def spread(self, grads: Sequence[Any]) -> tuple[Any | None, ...]:
+        """The backward kernel's results as one entry per input (None: not derived)."""
+        got = iter(grads)
+        return tuple(None if a is None else next(got) for a in self.adjoints)
+
+    @functools.cached_property
     def residual_names(self) -> tuple[str, ...]:
         outs = {id(o) for o in self.outputs}
         return tuple([f"input {self.inputs[k].name}" for k in self.input_positions]
@@ -142,8 +152,7 @@ class Pullback:
                                  f"output(s) ({', '.join(o.name for o in self.outputs)}); pass "
                                  f"one per output, shaped like it")
         kern = self.backward_kernel
-        got = iter(kern(*res.arrays, *heads) if kern is not None else ())
-        return tuple(None if a is None else next(got) for a in self.adjoints)
+        return self.spread(kern(*res.arrays, *heads) if kern is not None else ())
 
     def explain(self) -> str:
         lines = [f"residuals of vjp({', '.join(o.name for o in self.outputs)}):"]

@@ -388,7 +388,7 @@ class TorchOp:
         heads = [_host(g) for g in gs]
         if any(g.shape != y.shape or g.dtype != y.dtype for g, y in zip(gs, ys)):  # else as is
             heads = self.core._heads(heads, p.outputs, shape_env(p.inputs, [x.shape for x in xs]))
-        grads = plan.gradients(plan.reads([_host(x) for x in xs], [_host(y) for y in ys]),
+        grads = plan.gradients(plan.p.reads([_host(x) for x in xs], [_host(y) for y in ys]),
                                list(heads), xs, wrt)
         return [g for g, w in zip(grads, wrt) if w]
 
@@ -416,12 +416,10 @@ class TorchOp:
             args = [x.detach().contiguous() for x in xs]
             res = inst[0](*args)
         else:
-            by_id = {id(t): y for t, y in zip(p.outputs + p.extra, ys or (), strict=True)}
-            args = [xs[k] for k in p.input_positions] + [by_id[id(t)] for t in p.saved] + list(gs)
+            args = p.reads(xs, list(ys or ())) + list(gs)
             res = inst[1](*[a.detach().contiguous() for a in args]) if inst[1] is not None else ()
-            live = iter(res)
-            res = [next(live) if a is not None else torch.zeros_like(x)
-                   for a, x, w in zip(p.adjoints, xs, wrt, strict=True) if w]
+            res = [torch.zeros_like(x) if r is None else r
+                   for r, x, w in zip(p.spread(res), xs, wrt, strict=True) if w]
         if not ordered:
             cuda_runtime.synchronize()
         return [torch.as_tensor(r, device=xs[0].device) for r in res]
@@ -458,7 +456,7 @@ class _Eager(torch.autograd.Function):
         res = plan.run(arrays)
         outs = [torch.from_numpy(r) for r in res]
         ctx.op, ctx.plan, ctx.n_in, ctx.n_out, ctx.wrt = op, plan, len(xs), plan.n_out, wrt
-        ctx.reads = plan.reads(arrays, res) if all(x.is_contiguous() for x in xs) else None
+        ctx.reads = plan.p.reads(arrays, res) if all(x.is_contiguous() for x in xs) else None
         if plan.fixed:
             ctx.mark_non_differentiable(*[outs[k] for k in plan.fixed])
         ctx.save_for_backward(*xs, *outs)
@@ -477,7 +475,7 @@ class _Eager(torch.autograd.Function):
             grads = ctx.op._backward(ctx, gs)
             return (None, None, None, *(grads[:-1] if ctx.op._names else grads[0]))
         if reads is None:
-            reads = plan.reads([_host(x) for x in saved[:n]], [_host(y) for y in saved[n:]])
+            reads = plan.p.reads([_host(x) for x in saved[:n]], [_host(y) for y in saved[n:]])
         return (None, None, None, *plan.gradients(reads, [_host(g) for g in gs], saved[:n],
                                                   ctx.wrt, bound=True))
 
@@ -489,15 +487,13 @@ _eager = super(torch.autograd.Function, _Eager).apply
 
 class _Plan:
     """One signature's (shapes, dtypes, wrt) pullback and what its CPU calls reuse: the outputs
-    autograd must not differentiate (residuals, integer ones), the arrays the backward kernel
-    reads, both kernels bound (`CpuKernel.bind`: `TorchOp._plan`'s memo key vouches for the
+    autograd must not differentiate (residuals, integer ones) and both kernels bound (`CpuKernel.bind`: `TorchOp._plan`'s memo key vouches for the
     inputs, `_Eager.backward` for the cotangents)."""
 
     def __init__(self, p: Pullback) -> None:
         self.p, self.n_out = p, len(p.outputs)
         outs = p.outputs + p.extra
         self.fixed = [k for k, t in enumerate(outs) if k >= self.n_out or t.dtype[0] != "f"]
-        self.saved = [next(k for k, o in enumerate(outs) if o is t) for t in p.saved]
         self._fwd: Any = None
         self._bwd: Any = None
 
@@ -509,10 +505,6 @@ class _Plan:
     def forward(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         return [torch.from_numpy(r) for r in self.run([_host(x) for x in xs])]
 
-    def reads(self, xs: Sequence[np.ndarray], ys: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """The backward kernel's arrays before the cotangents: inputs read, saved `ys`."""
-        return [xs[k] for k in self.p.input_positions] + [ys[k] for k in self.saved]
-
     def gradients(self, reads: list[np.ndarray], heads: list[np.ndarray],
                   xs: Sequence[torch.Tensor], wrt: Sequence[bool], bound: bool = False
                   ) -> list[torch.Tensor | None]:
@@ -521,9 +513,9 @@ class _Plan:
         kern = self.p.backward_kernel
         if bound and kern is not None:
             kern = self._bwd = self._bwd or kern.bind(reads + heads)
-        got = iter(kern(*reads, *heads) if kern is not None else ())
-        return [None if not w else torch.zeros_like(x) if a is None else torch.from_numpy(next(got))
-                for a, x, w in zip(self.p.adjoints, xs, wrt, strict=True)]
+        got = self.p.spread(kern(*reads, *heads) if kern is not None else ())
+        return [None if not w else torch.zeros_like(x) if g is None else torch.from_numpy(g)
+                for g, x, w in zip(got, xs, wrt, strict=True)]
 
 
 def _plain_eager(ts: Sequence[torch.Tensor]) -> bool:
