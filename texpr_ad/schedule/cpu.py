@@ -50,6 +50,7 @@ call) get BLAS contractions, memory-order reductions and lanes, not split sums o
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import replace
@@ -73,7 +74,7 @@ from .fuse import fuse
 from .reorder import collapse_rows, reorder_reductions, static_size, tighten
 from .fuse import stage_reads as _reads
 from .loopnest import Place, refs
-from .nest import MIN_PARALLEL_CHUNKS, Expander, compute_stage
+from .nest import MIN_PARALLEL_CHUNKS, Expander, compute_stage, extent_product
 from .nest import const_int as _const, iteration_count as _work, reduction_notes as _reduction_notes
 from .plan import (Accumulate, ComputeStage, Contraction, CpuStagePlan, Inline, Plan,
                    ScatterStage, ScheduleError, Split, Stage, Zeroing)
@@ -85,6 +86,7 @@ MAX_IM2COL = 1 << 26  # elements of an im2col gather stage (256 MiB of float32) 
 SHARED_BATCH_MIN_WORK = 1 << 20  # multiply-adds per batch entry of a shared-operand product
 IM2COL_MIN_ENTRY = 1 << 17  # multiply-adds per batch entry of a gathered (im2col) product
 SYMBOLIC_BATCH = 64  # images a symbolic batch is planned for (the im2col buffer's bound)
+_planned = functools.partial(extent_product, symbolic=SYMBOLIC_BATCH)  # sizes for planning
 SPLIT_MAX_POINTS = 1 << 16  # split a reduction only if its output has at most this many points
 SPLIT_MIN_WORK = 1 << 15  # ... and it has at least this many iterations
 SPLIT_CHUNKS = 16  # partial results of a split reduction (>= the thread count, for balance)
@@ -538,11 +540,6 @@ def _copied(c: Contraction) -> float:
     its array, and the result when it must be permuted into the output's order."""
     n = sum(_planned(t.shape) for t, p in ((c.a, c.a_perm), (c.b, c.b_perm)) if not _blas_view(p))
     return n + (_planned(c.bmn_shape) if c.out_perm is not None else 0.0)
-
-
-def _planned(extents: Sequence[Expr]) -> float:
-    """Their product for planning decisions, a symbolic extent counted as SYMBOLIC_BATCH."""
-    return float(math.prod(SYMBOLIC_BATCH if (c := _const(e)) is None else c for e in extents))
 
 
 def _blas_view(perm: tuple[int, ...]) -> bool:

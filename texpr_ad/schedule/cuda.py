@@ -22,6 +22,7 @@ from typing import Any, Mapping
 from ..te.expr import Const, Expr, IterVar, Reduce
 from ..te.visit import bounds_depend_on_axes, walk
 from .checks import node_checks
+from .nest import extent_product
 from .plan import ComputeStage, CudaStagePlan, CudaStrategy, Plan, ScatterStage, Stage
 
 BLOCK_MAX_POINTS = 4096   # block reduction only if the stage has at most this many output points
@@ -31,10 +32,6 @@ SPLIT_BLOCKS = 1024       # a block reduction over fewer points is split to abou
 SPLIT_MIN_PER_THREAD = 8  # ... keeping at least this many iterations per thread of a chunk
 REDUCE_THREADS = 256      # threads per block of block reductions (LaunchConfig.reduce_threads)
 INJECTIVE_MIN_POINTS = 1 << 16  # an injective axis shorter than this: atomics over more axes
-
-
-def _count(exts: list[Expr]) -> float:
-    return math.prod((int(e.value) if isinstance(e, Const) else math.inf for e in exts), start=1.0)
 
 
 def reductions(st: ComputeStage) -> list[Reduce]:
@@ -52,8 +49,8 @@ def is_block_reduce(st: ComputeStage) -> bool:
     reds = reductions(st)
     if not reds:
         return False
-    points = _count([a.extent for a in st.axes])
-    shortest = min(_count([a.extent for a in r.axis]) for r in reds)
+    points = extent_product([a.extent for a in st.axes])
+    shortest = min(extent_product([a.extent for a in r.axis]) for r in reds)
     return points <= BLOCK_MAX_POINTS and shortest >= BLOCK_MIN_REDUCE
 
 
@@ -61,14 +58,14 @@ def block_split(st: ComputeStage) -> int:
     """How many blocks reduce each output point of a block reduction: 1 unless the points are
     too few to fill the GPU (a sum to a scalar ran on one block: latency-bound) and every
     reduction is long, static and flattenable, and the data axes start at 0."""
-    points = _count([a.extent for a in st.axes])
+    points = extent_product([a.extent for a in st.axes])
     reds = reductions(st)
     if not reds or points >= SPLIT_BLOCKS / 2 or any(not _is_zero(a.lo) for a in st.axes):
         return 1
     if any(v is b for r in reds for a in r.axis for e in (a.lo, a.extent) for v in walk(e)
            for b in r.axis):
         return 1
-    shortest = min(_count([a.extent for a in r.axis]) for r in reds)
+    shortest = min(extent_product([a.extent for a in r.axis]) for r in reds)
     per_chunk = REDUCE_THREADS * SPLIT_MIN_PER_THREAD
     if math.isinf(shortest) or math.isinf(points):
         return 1
@@ -101,9 +98,9 @@ def strategy(st: Stage) -> CudaStrategy:
         case ScatterStage():
             atomic = bool(st.order) and st.tensor.dtype in ATOMIC_DTYPES
             if st.parallel_axis is not None and not (
-                    atomic and _count([st.parallel_axis.extent]) < INJECTIVE_MIN_POINTS
-                    and _count([a.extent for a in st.order[:rectangular_prefix(st.order)]])
-                    >= 4 * _count([st.parallel_axis.extent])):
+                    atomic and extent_product([st.parallel_axis.extent]) < INJECTIVE_MIN_POINTS
+                    and extent_product([a.extent for a in st.order[:rectangular_prefix(st.order)]])
+                    >= 4 * extent_product([st.parallel_axis.extent])):
                 return CudaStrategy.INJECTIVE
             if atomic:
                 return CudaStrategy.ATOMIC

@@ -44,8 +44,12 @@ def loop_extents(axes: Sequence[IterVar], bodies: Sequence[Expr]) -> list[Expr]:
 
 def iteration_count(axes: Sequence[IterVar], bodies: Sequence[Expr]) -> float:
     """Known iteration count (data points times reduction points); unknown extents count as large."""
-    exts = loop_extents(axes, bodies)
-    return math.prod((math.inf if (c := const_int(e)) is None else c for e in exts), start=1.0)
+    return extent_product(loop_extents(axes, bodies))
+
+
+def extent_product(exts: Sequence[Expr], symbolic: float = math.inf) -> float:
+    """The product of `exts`, a symbolic one counted as `symbolic`."""
+    return math.prod((symbolic if (c := const_int(e)) is None else c for e in exts), start=1.0)
 
 
 def at_most(exts: Sequence[Expr], than: Sequence[Expr]) -> bool:
