@@ -127,7 +127,7 @@ def _riders():  # a scalar stepped sum riding in column sums' loops (schedule/fu
     total = te.compute((), lambda: te.sum(x[i, j] * 2.0, axis=[i, j]), name="total")
     col = te.compute((64,), lambda c: te.sum(x[i2, c] * 3.0, axis=i2), name="col")
     return ([total, col], [x], [(16_000, 64)],
-            lambda p: p.joined("total") and p.loop_of("total").kind == "chunks" and p.stage("col").cpu.accumulate.row is not None,
+            lambda p: p.joined("total") and p.loop_of("total").kind == "stepped" and p.stage("col").cpu.accumulate.row is not None,
             lambda a: [(2 * a).sum(), (3 * a).sum(0)])
 
 

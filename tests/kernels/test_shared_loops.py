@@ -210,6 +210,8 @@ def test_a_scalar_sum_rides_in_the_column_sums_loops(monkeypatch):
     names = [s.name for s in k.plan.stages]
     assert names.index("dw") < names.index("total") < names.index("db"), str(k.plan)
     assert all(k.plan.joined(n) for n in ("total", "db")), str(k.plan)
+    assert k.plan.loop_of("total").kind == "stepped" and k.plan.loop_of("db").kind == "chunks"
+    assert "stepped(256): a scalar sum" in str(k.plan), str(k.plan)
     assert "ew_chain" not in k.source and k.source.count("prange(16)") == 1, k.source
     r = rng()
     xs, ws = r.standard_normal((N, 256)).astype("float32"), r.standard_normal(256).astype("float32")

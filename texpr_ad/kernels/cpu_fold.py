@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..schedule.plan import SUM_BLOCK, SUM_CHAIN, ComputeStage, wide_sum
-from ..te.expr import Const, Expr, IterVar, Reduce, ReduceKind, const
+from ..te.expr import Const, Expr, IterVar, Reduce, ReduceKind, const, is_zero
 from ..te.simplify import simplify
 from ..te.visit import substitute
-from .render import WIDE_ZERO, RenderPass, is_zero, reduce_groups, top
+from .render import WIDE_ZERO, RenderPass, reduce_groups, top
 
 
 class CPUFold(RenderPass):
@@ -135,7 +135,7 @@ class CPUFold(RenderPass):
 
     def accumulate(self, st: ComputeStage) -> None:
         """Row accumulation (reduction loops outside the row axis) and/or split partial results."""
-        acc_plan = st.cpu.accumulate  # type: ignore[union-attr]
+        acc_plan = st.cpu.accumulate
         assert acc_plan is not None
         if acc_plan.split is not None:
             self.split_partials([st])
@@ -267,12 +267,13 @@ class CPUFold(RenderPass):
     def _ident(self, st: ComputeStage) -> str:
         return top(self.expr(reduce_groups(st.bodies)[0][0].combiner.identity[0], {}))
 
-    def split_partials(self, stages: Sequence[ComputeStage]) -> None:
+    def split_partials(self, stages: Sequence[ComputeStage], riders: Sequence[int] = ()) -> None:
         """Split reductions: partial results part[c, *axes], one prange iteration per chunk c,
         then combined.  Several stages share the chunk loops (one pass over the rows) when the
-        planner fused them over the same axes (a CHUNKS loop of fuse.py)."""
+        planner fused them over the same axes (a CHUNKS loop of fuse.py); `riders` (their
+        indices) are scalar sums stepping in the row loop (a STEPPED loop of fuse.py)."""
         st = stages[0]
-        acc_plan = st.cpu.accumulate  # type: ignore[union-attr]
+        acc_plan = st.cpu.accumulate
         assert acc_plan is not None and acc_plan.split is not None
         r = reduce_groups(st.bodies)[0][0]
         row, split = acc_plan.row, acc_plan.split
@@ -292,8 +293,6 @@ class CPUFold(RenderPass):
             pshape = [str(chunks), *(top(self.expr(a.extent, {})) for a in s_.axes)]
             self.emit(1, f"{part} = np.empty(({', '.join(pshape)}, ), dtype=np.{dtype})")
             parts.append(part)
-        # scalar riders (fuse._rider_map): stepped accumulators in the row loop
-        riders = [k for k, s_ in enumerate(stages) if not s_.axes and k > 0]
         c = self.names.fresh(f"{st.name}_c")
         self.parallel_head(1, c, str(chunks))
         depth = 2

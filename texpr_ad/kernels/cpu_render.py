@@ -10,11 +10,11 @@ from typing import Callable, Sequence
 from ..schedule.checks import node_checks, plain
 from ..schedule.loopnest import Loop, LoopKind, Place, refs
 from ..schedule.plan import ComputeStage, ScatterStage, Zeroing, wide_sum
-from ..te.expr import Const, Expr, IterVar, Read, Reduce
+from ..te.expr import Const, Expr, IterVar, Read, Reduce, is_zero
 from ..te.visit import walk
 from .cpu_fold import LANE_STEP, CPUFold
 from .render import (CHECK_NAME, ERR_NAME, KERNEL_NAME, _describe, _is_placeholder, _np_dtype,
-                     is_zero, reduce_groups, top)
+                     reduce_groups, top)
 
 
 class CPURender(CPUFold):
@@ -73,10 +73,10 @@ class CPURender(CPUFold):
     def compute(self, st: ComputeStage) -> None:
         self.emit(1, f"# stage {st.name}: {_describe(st)}")
         self.allocate(1, st, st.axes)
-        if st.cpu is not None and st.cpu.contraction is not None:
+        if st.cpu.contraction is not None:
             self.contraction(st)
             return
-        if st.cpu is not None and st.cpu.accumulate is not None:
+        if st.cpu.accumulate is not None:
             self.accumulate(st)
             return
         depth = 1
@@ -89,15 +89,14 @@ class CPURender(CPUFold):
     def allocate(self, depth: int, st: ComputeStage, axes: Sequence[IterVar]) -> None:
         """`np.empty` for the stage's tensors (a workspace argument needs none; a tensor written
         through a view: the whole array it views), then the views it writes and reads."""
-        views = st.cpu.views if st.cpu is not None else ()
-        whole = {id(v): t for v, t in views}
+        whole = {id(v): t for v, t in st.cpu.views}
         for t, b in zip(st.tensors, st.bodies, strict=True):
             arr = whole.get(id(t), t)
             if arr is not None and id(arr) not in self.ws:
                 exts = list(arr.shape) if arr is not t else [a.extent for a in axes]
                 self.emit(depth, f"{self.tensor(arr)} = np.empty({self.shape(exts)}, "
                                  f"dtype=np.{_np_dtype(b.dtype)})")
-        for v, base in views:
+        for v, base in st.cpu.views:
             self.names.by_key[("t", id(v))] = name = self.names.fresh(v.name)
             self.emit(depth, f"{name} = {self.tensor(base)}.reshape({self.shape(list(v.shape))})")
 
@@ -114,8 +113,7 @@ class CPURender(CPUFold):
         self.recip = {}
         cpu = st.cpu
         self.hoist_values(depth, st, env)
-        split = cpu.split if cpu is not None else None
-        lanes = cpu.lanes if cpu is not None else 1
+        split, lanes = cpu.split, cpu.lanes
         for a in serial:
             sp = split if split is not None and a is split.axis else None
             for loop in (sp.hi, sp.lo) if sp else (a,):
@@ -168,12 +166,12 @@ class CPURender(CPUFold):
     def hoist_values(self, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
         """The stage's hoisted values and reciprocals into locals (named in `env`, `recip`)."""
         cpu = st.cpu
-        for r in cpu.hoisted if cpu is not None else ():
+        for r in cpu.hoisted:
             hint = self.tensor(r.tensor) + "_r" if isinstance(r, Read) else st.name + "_inv"
             name = self.names.fresh(hint)
             self.emit(depth, f"{name} = {self.expr(r, {})}")
             env[r] = name
-        for b in cpu.reciprocals if cpu is not None else ():
+        for b in cpu.reciprocals:
             inv, k = self.names.fresh(f"{env[b]}_inv"), self.names.fresh(f"{env[b]}_k")
             self.emit(depth, f"{k} = {_RECIP_SCALE.format(d=env[b])}")
             self.emit(depth, f"{inv} = np.float32(1.0) / ({env[b]} * {k})")
@@ -182,7 +180,7 @@ class CPURender(CPUFold):
     def hoist_fold(self, depth: int, st: ComputeStage, r: Reduce, env: dict[Expr, str]) -> None:
         """The values every term of `r` shares (plan: fold_hoisted) into locals before its loops."""
         mine = {x for s in r.source for x in walk(s)}
-        for e in st.cpu.fold_hoisted if st.cpu is not None else ():
+        for e in st.cpu.fold_hoisted:
             if e in mine and e not in env:
                 name = self.names.fresh(f"{st.name}_h")
                 self.emit(depth, f"{name} = {top(self.expr(e, env))}")
@@ -222,8 +220,7 @@ class CPURender(CPUFold):
         first touch of a fresh page by the thread that writes it), else a prange over dim 0."""
         self.emit(1, f"# stage {st.name}: scatter-add, {st.strategy}")
         t, name = st.tensor, self.tensor(st.tensor)
-        block = st.cpu.block if st.cpu is not None else 0
-        zero = st.cpu.zero if st.cpu is not None else Zeroing.SERIAL
+        block, zero = st.cpu.block, st.cpu.zero
         own, split = zero is Zeroing.OWN_SLICES, zero is Zeroing.CHUNKS
         if id(t) not in self.ws:
             alloc = "np.empty" if own or split else "np.zeros"
@@ -284,12 +281,14 @@ class CPURender(CPUFold):
 
     # -- CPU-only plan features ----------------------------------------------------------------
     def chunks(self, loop: Loop) -> None:
-        """Split reductions sharing one chunk prange and loop nest (their partial results)."""
+        """Split reductions sharing one chunk prange and loop nest (their partial results),
+        STEPPED members stepping in its row loop."""
         group = [self.plan.stage(r.name) for r in refs((loop,))]
         for k, st in enumerate(group):
             self.emit(1, f"# stage {st.name}: {_describe(st, k > 0)}")  # type: ignore[arg-type]
             self.allocate(1, st, st.axes)  # type: ignore[arg-type]
-        self.split_partials(group)  # type: ignore[arg-type]
+        self.split_partials(group, [k for k, n in enumerate(loop.body)  # type: ignore[arg-type]
+                                    if isinstance(n, Loop) and n.kind is LoopKind.STEPPED])
 
     def prange(self, loop: Loop) -> None:
         """Stages sharing one prange over their (equal) first parallel axis, in order: a row
@@ -329,7 +328,7 @@ class CPURender(CPUFold):
 
     def contraction(self, st: ComputeStage) -> None:
         """`np.matmul` on permuted/reshaped views, in object mode (BLAS through NumPy)."""
-        c = st.cpu.contraction  # type: ignore[union-attr]
+        c = st.cpu.contraction
         assert c is not None
         out = self.tensor(st.tensors[0])  # type: ignore[arg-type]
         bs, ms, ks, ns = (top(self.expr(x, {})) for x in c.sizes)

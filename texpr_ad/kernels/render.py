@@ -20,7 +20,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from ..te import dtype as dt
-from ..te.expr import Call, CommReducer, Const, Expr, IterVar, Read, Reduce, Var
+from ..te.expr import Call, CommReducer, Const, Expr, IterVar, Read, Reduce, Var, is_zero
 from ..te.ops import Op
 from ..te.bounds import Verdict, dead, dim_verdict, facts
 from ..te.printer import expr_str
@@ -518,10 +518,6 @@ def _occurrences(e: Expr, env: dict[Expr, str], recip: dict[Expr, str]
                 uses[c] = uses.get(c, 0) + 1
             stack.append((c, st and k < lazy))
     return strict, uses
-
-
-def is_zero(e: Expr) -> bool:
-    return isinstance(e, Const) and e.value == 0
 
 
 def _np_dtype(dtype: str) -> str:

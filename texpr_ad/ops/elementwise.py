@@ -15,7 +15,7 @@ import numpy as np
 from .. import te
 from ..te import Expr, Tensor, TensorError
 from ..te.tensor import shape_str
-from ..te.expr import Const
+from ..te.expr import Const, is_zero
 from .registry import Sample, register
 
 from .common import (Operand, SampleBuilder, erf_np, away, broadcast_compute, const_dim, drop_at,
@@ -308,10 +308,6 @@ def rms_norm(x: Tensor, gamma: Tensor, axis: int = -1, epsilon: float = 1e-5) ->
 # joining and reshaping helpers that are elementwise in spirit
 # --------------------------------------------------------------------------------------------
 
-def _is_zero(e: Expr) -> bool:
-    return isinstance(e, Const) and e.value == 0
-
-
 def _cumsum(dims: Sequence[Expr]) -> list[Expr]:
     """[0, d0, d0 + d1, ...], folded to constants when the dims are constant."""
     sizes = [int(d.value) for d in dims if isinstance(d, Const)]
@@ -319,7 +315,7 @@ def _cumsum(dims: Sequence[Expr]) -> list[Expr]:
         return [te.const(v) for v in itertools.accumulate(sizes, initial=0)]
     out: list[Expr] = [te.const(0)]
     for d in dims:
-        out.append(d if _is_zero(out[-1]) else out[-1] + d)
+        out.append(d if is_zero(out[-1]) else out[-1] + d)
     return out
 
 
@@ -344,7 +340,7 @@ def concatenate(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     def body(*i: Expr) -> Expr:
         j = i[ax]
         def part(k: int) -> Expr:
-            jk = j if _is_zero(offsets[k]) else j - offsets[k]
+            jk = j if is_zero(offsets[k]) else j - offsets[k]
             return tensors[k][(*i[:ax], jk, *i[ax + 1:])]
 
         out = part(len(tensors) - 1)

@@ -29,8 +29,8 @@ def node_checks(group: Group, hoist: bool) -> Checks:
 def plain(group: Group) -> bool:
     """A single stage whose loops are all plain range loops (no lanes, BLAS, row accumulation):
     where a check may move to a loop's entry."""
-    return len(group) == 1 and isinstance(st := group[0], ComputeStage) and st.cpu is not None \
-        and st.cpu.lanes <= 1 and st.cpu.accumulate is None and st.cpu.contraction is None
+    return len(group) == 1 and isinstance(st := group[0], ComputeStage) and st.cpu.lanes <= 1 \
+        and st.cpu.accumulate is None and st.cpu.contraction is None
 
 
 def stage_unproven(group: Group) -> dict[Read, set[int]]:

@@ -58,7 +58,7 @@ from typing import Any, Mapping, Sequence
 
 
 from ..te.bounds import bound
-from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, ReduceKind, const
+from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, ReduceKind, const, is_zero
 from ..te.ops import Op
 from ..te.printer import expr_str
 from ..te.reduce import sum as te_sum
@@ -90,6 +90,7 @@ _planned = functools.partial(extent_product, symbolic=SYMBOLIC_BATCH)  # sizes f
 SPLIT_MAX_POINTS = 1 << 16  # split a reduction only if its output has at most this many points
 SPLIT_MIN_WORK = 1 << 15  # ... and it has at least this many iterations
 SPLIT_CHUNKS = 16  # partial results of a split reduction (>= the thread count, for balance)
+SPLIT_LOOPS = {"parallel": True, "fused": 0}  # a split stage's own loops: its chunk prange
 SCATTER_BLOCK = 64  # values of a scatter's parallel axis per prange iteration (when it is last)
 CACHE_RESIDENT = 1 << 15  # elements of a tensor read from cache wherever it is read (128 KiB)
 CACHE_LINE_F32 = 16  # float32 values in a 64-byte cache line: the smallest scatter block
@@ -164,7 +165,7 @@ def drop_unread(stages: list[Stage], plan: Plan) -> tuple[list[Stage], tuple[Inl
     stages that read it in the target-neutral plan."""
     before: dict[int, list[str]] = {}
     for st in plan.stages:
-        for r in _reads(replace(st, cpu=CpuStagePlan())):
+        for r in _reads(st):
             before.setdefault(id(r.tensor), []).append(st.name)
     out: list[Stage] = []
     dropped: list[Inline] = []
@@ -211,7 +212,7 @@ def factor_contraction(st: ComputeStage, ov: Mapping[str, Any],
         hits = [ix for ix in o.index if ix.expr is k]
         return len(hits) == 1 and hits[0].plain is k
 
-    const_axes = [k for k in body.axis if _is_zero(k.lo) and isinstance(k.extent, Const)
+    const_axes = [k for k in body.axis if is_zero(k.lo) and isinstance(k.extent, Const)
                   and plain_in(k, f.a) and plain_in(k, f.b) and k not in walk(body.condition)]
     rest = [k for k in body.axis if k not in const_axes]
     if not const_axes or not rest:
@@ -278,7 +279,7 @@ def _factor_layout(st: ComputeStage, rest: list[IterVar],
 
 
 def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
-    if st.cpu is not None and st.cpu.contraction is not None:
+    if st.cpu.contraction is not None:
         return st  # an implicit im2col (decided by `im2col`)
     loop_keys = {"order", "fuse", "parallel"} & set(ov)
     if ov.get("blas", not loop_keys):
@@ -296,14 +297,9 @@ def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
     if not loop_keys:
         st = reorder_reductions(st)
     if ov.get("accumulate", not loop_keys):
-        acc = _accumulate(st)
-        if acc is not None:
-            if acc.split is not None:
-                return _cpu(st, accumulate=acc, parallel=True, fused=0)
-            return _cpu(st, accumulate=acc)
-    if ov.get("accumulate", not loop_keys):
-        lanes = _lanes(st)
-        if lanes > 1:
+        if (acc := _accumulate(st)) is not None:  # split partial results run a chunk prange
+            return _cpu(st, accumulate=acc, **({} if acc.split is None else SPLIT_LOOPS))
+        if (lanes := _lanes(st)) > 1:
             return _cpu(st, lanes=lanes)
     if not loop_keys:
         return _split_div_mod(st)
@@ -326,7 +322,7 @@ def _split_div_mod(st: ComputeStage) -> ComputeStage:
         return st
     a = st.order[-1]
     ext = _const(a.extent)
-    if ext is None or not _is_zero(a.lo) or (st.parallel and st.fused >= len(st.order)):
+    if ext is None or not is_zero(a.lo) or (st.parallel and st.fused >= len(st.order)):
         return st
     factors: set[int] = set()
     bare = any(b is a for b in st.bodies)
@@ -370,10 +366,6 @@ def _lanes(st: ComputeStage) -> int:
     return LANES if any(k in _last_index_axes(x) for x in reads) else 1
 
 
-def _is_zero(e: Expr) -> bool:
-    return isinstance(e, Const) and e.value == 0
-
-
 def im2col(st: ComputeStage, ov: Mapping[str, Any],
             expand: Expander) -> tuple[tuple[ComputeStage, ...], ComputeStage]:
     """Split `sum_K A[plain] * B[affine]` (a convolution and its weight gradient) into a gather
@@ -386,7 +378,7 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
     if box is not None:  # dependent windows -> constant hull + guard
         f = normal_form(replace(st, bodies=(box.body,)))
     if (f is None or not f.simple or f.a.plain == f.b.plain  # (a symbolic reduction extent:
-            or any(not _is_zero(k.lo) for k in f.red)):        # a weight gradient's batch)
+            or any(not is_zero(k.lo) for k in f.red)):        # a weight gradient's batch)
         return (), st
     # the gathered operand in normal form: a guarded read, padding stages folded in
     f = (f if f.a.plain else f.swapped()).gathered(None if box is None else box.cond)
@@ -613,10 +605,10 @@ def zeroing(st: ScatterStage) -> ScatterStage:
     """How a parallel scatter zeroes its target: each prange iteration its own slice where the
     slices are whole sub-arrays that cover it (the parallel dim is not the last, its axis spans
     it; pages are first touched by the thread that writes them), else in parallel chunks."""
-    p, blocked = st.parallel_axis, st.cpu is not None and st.cpu.block
+    p, blocked = st.parallel_axis, st.cpu.block
     if p is None or not st.shape:
         return st
-    own = not blocked and _is_zero(p.lo) and st.parallel_dim != len(st.shape) - 1 \
+    own = not blocked and is_zero(p.lo) and st.parallel_dim != len(st.shape) - 1 \
         and (e := _const(p.extent)) is not None and e == _const(st.shape[st.parallel_dim])
     return _cpu(st, zero=Zeroing.OWN_SLICES if own else Zeroing.CHUNKS)
 
@@ -631,6 +623,6 @@ def scatter_block(st: ScatterStage) -> ScatterStage:
     p = st.parallel_axis
     n = (_const(p.extent) or 0) if p is not None else 0
     if (p is None or st.parallel_dim != len(st.shape) - 1 or len(st.order) < 2
-            or not _is_zero(p.lo) or n < 2 * CACHE_LINE_F32):
+            or not is_zero(p.lo) or n < 2 * CACHE_LINE_F32):
         return st
     return _cpu(st, block=SCATTER_BLOCK if n >= 2 * SCATTER_BLOCK else CACHE_LINE_F32)

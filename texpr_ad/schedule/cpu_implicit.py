@@ -312,7 +312,8 @@ def crop(s: ComputeStage, t: ComputeStage) -> ComputeStage | None:
     """Stage `t` computing, as the window contraction `s` does, only the box of `s` it copies
     (`t[axes] = s[axes + c]`, shifted on the window dims only: the input gradient of a padded
     convolution, cropped from the padded grid), or None if `t` is not such a copy."""
-    c = s.cpu.contraction  # type: ignore[union-attr]
+    c = s.cpu.contraction
+    assert c is not None and c.window is not None
     w = c.window
     (body,) = t.bodies if len(t.bodies) == 1 else (None,)
     if not (isinstance(body, Read) and body.tensor is s.tensors[0] and len(t.axes) == len(s.axes)):

@@ -71,7 +71,7 @@ def workspace(st: Stage, outputs: set[int], ov: Mapping[str, Any]) -> Stage:
     """Step 10: the stage's intermediates of at least WORKSPACE_MIN_BYTES, or with a symbolic
     dim (their size is known at the call: a batch), passed in preallocated (override
     `workspace`: bool)."""
-    if st.cpu is None or not ov.get("workspace", True):
+    if not ov.get("workspace", True):
         return st
     ts = st.tensors if isinstance(st, ComputeStage) else (st.tensor,)
     found: list[Tensor] = []

@@ -19,7 +19,7 @@ import math
 from dataclasses import replace
 from typing import Any, Mapping
 
-from ..te.expr import Const, Expr, IterVar, Reduce
+from ..te.expr import Const, Expr, IterVar, Reduce, is_zero
 from ..te.visit import bounds_depend_on_axes, walk
 from .checks import node_checks
 from .nest import extent_product
@@ -60,7 +60,7 @@ def block_split(st: ComputeStage) -> int:
     reduction is long, static and flattenable, and the data axes start at 0."""
     points = extent_product([a.extent for a in st.axes])
     reds = reductions(st)
-    if not reds or points >= SPLIT_BLOCKS / 2 or any(not _is_zero(a.lo) for a in st.axes):
+    if not reds or points >= SPLIT_BLOCKS / 2 or any(not is_zero(a.lo) for a in st.axes):
         return 1
     if any(v is b for r in reds for a in r.axis for e in (a.lo, a.extent) for v in walk(e)
            for b in r.axis):
@@ -71,10 +71,6 @@ def block_split(st: ComputeStage) -> int:
         return 1
     split = int(min(SPLIT_BLOCKS // points, shortest // per_chunk))
     return split if split >= 2 else 1
-
-
-def _is_zero(e: Expr) -> bool:
-    return isinstance(e, Const) and e.value == 0
 
 
 def rectangular_prefix(axes: tuple[IterVar, ...]) -> int:

@@ -83,11 +83,11 @@ def fuse(stages: list[Stage], overrides: Overrides) -> tuple[list[Stage], tuple[
             nest.append(StageRef(g.members[0].name))
             continue
         members, nodes = _prange_body(g.members, readers) if g.kind is LoopKind.PRANGE else (
-            g.members, tuple(StageRef(s.name) for s in g.members))
+            g.members, tuple(map(_chunk_node, g.members)))
         out += members
         head = members[0]
         assert isinstance(head, ComputeStage)
-        acc = head.cpu.accumulate if head.cpu is not None else None
+        acc = head.cpu.accumulate
         ext = const(acc.chunks, "int64") if g.kind is LoopKind.CHUNKS and acc else head.order[0].extent
         nest.append(Loop(g.kind, ext, nodes, REASONS[g.kind]))  # type: ignore[arg-type]
     return out, tuple(nest)
@@ -171,6 +171,15 @@ FUSIONS: dict[LoopKind, Callable[[_Group, Stage, bool], Stage | None]] = {
 }
 
 
+def _chunk_node(st: Stage) -> Node:
+    """A CHUNKS member's node: a scalar rider (`_rider_map`) steps in the chunks' row loop."""
+    acc = st.cpu.accumulate
+    if isinstance(st, ComputeStage) and acc is not None and acc.vector:  # (members fold loops)
+        return Loop(LoopKind.STEPPED, _reduce(st).axis[1].extent, (StageRef(st.name),),
+                    REASONS[LoopKind.STEPPED])
+    return StageRef(st.name)
+
+
 def _prange_body(members: list[Stage], readers: dict[int, set[str]]
                  ) -> tuple[list[Stage], tuple[Node, ...]]:
     """A prange group's members (a row-folded reduction over its producer's axes) and nodes:
@@ -211,20 +220,19 @@ def _row_buffer(st: Stage, group: set[str], readers: dict[int, set[str]]) -> boo
     read it, it has a dim besides the parallel one, and it accumulates no rows."""
     ts = _written(st) if isinstance(st, ComputeStage) else ()
     return (not st.is_output and bool(ts) and len(st.axes) > 1  # type: ignore[union-attr]
-            and st.cpu.accumulate is None  # type: ignore[union-attr]
+            and st.cpu.accumulate is None
             and all(readers.get(id(t), set()) <= group - {st.name} for t in ts))
 
 
 def _joinable(st: Stage) -> bool:
     return (isinstance(st, ComputeStage) and st.parallel and st.fused == 1 and bool(st.order)
-            and st.cpu.contraction is None and st.cpu.accumulate is None)  # type: ignore[union-attr]
+            and st.cpu.contraction is None and st.cpu.accumulate is None)
 
 
 def _rides_along(st: Stage) -> bool:
     """A serial (small) loop-nest stage, which may join a prange but not open one."""
     return (isinstance(st, ComputeStage) and not st.parallel and bool(st.order)
-            and st.cpu.contraction is None and st.cpu.accumulate is None  # type: ignore[union-attr]
-            and st.cpu.split is None)  # type: ignore[union-attr]
+            and st.cpu.contraction is None and st.cpu.accumulate is None and st.cpu.split is None)
 
 
 def _written(st: Stage) -> tuple[Tensor, ...]:
@@ -239,14 +247,13 @@ def stage_reads(st: Stage) -> Iterator[Read]:
         yield from reads_in(st.bodies)
     else:
         yield from reads_in([e for u in st.updates for e in u.exprs], st.order)
-    if isinstance(st, ComputeStage) and st.cpu.contraction is not None:  # type: ignore[union-attr]
-        c = st.cpu.contraction  # type: ignore[union-attr]
+    if isinstance(st, ComputeStage) and (c := st.cpu.contraction) is not None:
         yield from (Read(t, (), t.dtype) for t in (c.a, c.b))
 
 
 def _split(st: Stage) -> Accumulate | None:
     """The stage's split accumulation, when its chunks fold in loops (not stepped lanes)."""
-    if not isinstance(st, ComputeStage) or st.cpu is None:
+    if not isinstance(st, ComputeStage):
         return None
     acc = st.cpu.accumulate
     return acc if acc is not None and acc.split is not None and not acc.vector else None
@@ -255,7 +262,7 @@ def _split(st: Stage) -> Accumulate | None:
 def _scalar_lanes(st: Stage) -> Accumulate | None:
     """The split accumulation of a scalar (no data axes) stepped-lanes reduction over two
     axes (rows, then columns), else None."""
-    if not isinstance(st, ComputeStage) or st.cpu is None or st.axes:
+    if not isinstance(st, ComputeStage) or st.axes:
         return None
     acc = st.cpu.accumulate
     if acc is None or acc.split is None or not acc.vector or len(st.bodies) != 1:
@@ -351,11 +358,10 @@ def _siblings(st: Stage, out: list[Stage], nodes: list[Node]
 
 def renamed(st: ComputeStage, m: dict[IterVar, IterVar]) -> ComputeStage:
     """`st` over the axes `m` maps its own to, its CPU decisions' expressions included."""
-    cpu = st.cpu
-    if cpu is not None:
-        cpu = replace(cpu, hoisted=tuple(rename_axes(e, m) for e in cpu.hoisted),
-                      reciprocals=tuple(rename_axes(e, m) for e in cpu.reciprocals),
-                      fold_hoisted=tuple(rename_axes(e, m) for e in cpu.fold_hoisted))
+    c = st.cpu
+    cpu = replace(c, hoisted=tuple(rename_axes(e, m) for e in c.hoisted),
+                  reciprocals=tuple(rename_axes(e, m) for e in c.reciprocals),
+                  fold_hoisted=tuple(rename_axes(e, m) for e in c.fold_hoisted))
     return replace(st, axes=tuple(m.get(a, a) for a in st.axes),
                    order=tuple(m.get(a, a) for a in st.order),
                    bodies=tuple(rename_axes(b, m) for b in st.bodies), cpu=cpu)
@@ -393,7 +399,7 @@ def _axis_map(head: ComputeStage, st: Stage) -> dict[IterVar, IterVar] | None:
 
 def on_loops_of(st: ComputeStage, m: dict[IterVar, IterVar]) -> ComputeStage:
     """`st` written over the axes of the stage whose loops it shares (`m`: its axes to those)."""
-    acc = st.cpu.accumulate  # type: ignore[union-attr]
+    acc = st.cpu.accumulate
     assert acc is not None and acc.split is not None
     st = renamed(st, m)
     return replace(st, cpu=replace(st.cpu, accumulate=replace(

@@ -12,6 +12,8 @@ stages share, made by the fusion rewrite (`fuse.py`):
   it is stored (softmax's `exp` and its sum: one pass over the row).
 - `SIBLINGS`: reductions of a prange over the same loops that do not read each other, folding
   in one loop nest with an accumulator each (a normalization gradient's sums: one pass).
+- `STEPPED`: in a CHUNKS loop, a scalar sum over the same rows and columns whose stepped
+  accumulators ride in the row loop of the chunks (ew_chain's forward: one pass).
 
 A member's `place` says where its array lives: a fresh array per call, or (`ROW_BUFFER`) a buffer
 per iteration of the enclosing prange, without that dim, when only later members read it.
@@ -50,6 +52,7 @@ class LoopKind(Kind):
     CHUNKS = "chunks"
     ROW = "row"
     SIBLINGS = "siblings"
+    STEPPED = "stepped"
 
 
 class Place(Kind):
@@ -90,6 +93,8 @@ REASONS = {
     LoopKind.SIBLINGS: "reductions over the same loops that do not read each other fold in one "
                        "loop nest, an accumulator each (one pass over what they read; same "
                        "terms, same order)",
+    LoopKind.STEPPED: "a scalar sum over the chunks' rows and columns steps its accumulators in "
+                      "their row loop (one pass over the rows for it too; same terms, same order)",
 }
 PLACES = {Place.ROW_BUFFER: "only later stages of this prange read it, at the same parallel "
                             "index: a buffer per iteration without that dim, which stays in cache"}

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..te.bounds import ENUMERATE_MAX, int_eval
-from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, Var, const
+from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, Var, const, is_zero
 from ..te.intrin import all as te_all
 from ..te.ops import Op
 from ..te.simplify import simplify
@@ -60,16 +60,12 @@ class Guarded:
         return Call(Op.SELECT, (self.cond, self.read, const(0.0, self.read.dtype)), self.read.dtype)
 
 
-def _is_zero(e: Expr) -> bool:
-    return isinstance(e, Const) and not isinstance(e.value, bool) and e.value == 0
-
-
 def guard(e: Expr) -> Guarded | None:
     """`e` as a guarded read (cond free of tensor reads), or None."""
     match e:
         case Read():
             return Guarded(None, e)
-        case Call(op=Op.SELECT, args=(c, Read() as r, z)) if _is_zero(z) and not any(
+        case Call(op=Op.SELECT, args=(c, Read() as r, z)) if is_zero(z) and not any(
                 isinstance(x, (Read, Reduce)) for x in walk(c)):
             return Guarded(c, r)
     return None
@@ -125,7 +121,7 @@ def ungated(body: Reduce) -> Reduce:
     for k in body.axis:
         lo, ext = substitute(k.lo, sub), substitute(k.extent, sub)
         match ext:
-            case Call(op=Op.SELECT, args=(c, e, z)) if _is_zero(z):
+            case Call(op=Op.SELECT, args=(c, e, z)) if is_zero(z):
                 conds, ext = [*conds, c], e
         if lo is not k.lo or ext is not k.extent:
             sub[k] = IterVar(k.name, lo, ext, k.kind)

@@ -273,7 +273,7 @@ class ComputeStage:
     reduction: tuple[str, ...]
     inlined: tuple[str, ...]
     notes: tuple[str, ...]
-    cpu: CpuStagePlan | None = None  # the CPU refine step's decisions (schedule/cpu.py)
+    cpu: CpuStagePlan = CpuStagePlan()  # the CPU refine step's decisions (schedule/cpu.py)
     cuda: CudaStagePlan | None = None  # the CUDA refine step's decisions (schedule/cuda.py)
 
     @property
@@ -301,7 +301,7 @@ class ScatterStage:
     is_output: bool
     inlined: tuple[str, ...]
     notes: tuple[str, ...]
-    cpu: CpuStagePlan | None = None  # the CPU refine step's decisions (schedule/cpu.py)
+    cpu: CpuStagePlan = CpuStagePlan()  # the CPU refine step's decisions (schedule/cpu.py)
     cuda: CudaStagePlan | None = None  # the CUDA refine step's decisions (schedule/cuda.py)
 
     @property
@@ -310,7 +310,7 @@ class ScatterStage:
             return "serial"
         p = self.parallel_axis.name
         s = f"parallel over {p} (injective: index dim {self.parallel_dim} is {p})"
-        block = self.cpu.block if self.cpu is not None else 0
+        block = self.cpu.block
         if block:
             s += (f"; blocks of {block} {p} values per prange iteration, {p} innermost "
                   f"(contiguous)")
@@ -327,7 +327,7 @@ _CPU_FIELDS = {f.name for f in fields(CpuStagePlan)}
 def with_cpu(st: S, **kw: Any) -> S:
     """`st` with fields of its CPU sub-record (and, for stage fields, of itself) replaced."""
     own = {k: kw.pop(k) for k in list(kw) if k not in _CPU_FIELDS}
-    return replace(st, cpu=replace(st.cpu or CpuStagePlan(), **kw), **own)
+    return replace(st, cpu=replace(st.cpu, **kw), **own)
 
 
 @dataclass(frozen=True, eq=False)
@@ -401,7 +401,7 @@ class Plan:
     @property
     def workspace(self) -> tuple[Tensor, ...]:
         """The intermediates passed to the kernel as preallocated arrays, in argument order."""
-        return tuple(t for s in self.stages if s.cpu is not None for t in s.cpu.workspace)
+        return tuple(t for s in self.stages for t in s.cpu.workspace)
 
     def __str__(self) -> str:
         ins = ", ".join(f"{t.name}: {shape_str(t.shape)} {t.dtype}" for t in self.inputs)
@@ -435,21 +435,19 @@ def _stage_lines(s: Stage) -> list[str]:
             head = (f"stage {s.name} [{role}, materialized] compute {shape} "
                     + ", ".join(b.dtype for b in s.bodies))
             c = s.cpu
-            if c is not None and c.contraction is not None:
+            if c.contraction is not None:
                 out = [head, f"  loops: none: {c.contraction.describe()}"]
             else:
                 out = [head, f"  loops: {_loops(s)}"]
             out += [f"  reduction: {r}" for r in s.reduction] or ["  reduction: none"]
-            if c is not None:
-                out += _cpu_lines(c)
+            out += _cpu_lines(c)
         case ScatterStage():
             head = (f"stage {s.name} [{role}, materialized] scatter-add into zeros"
                     f"{shape_str(s.shape)} {s.tensor.dtype}")
             idx = "; ".join("[" + ", ".join(expr_str(i) for i in u.index) + "]" for u in s.updates)
             loops = " > ".join(a.name for a in s.order) or "(single point)"
             out = [head, f"  loops: {loops}; target index {idx}", f"  scatter: {s.strategy}"]
-            if s.cpu is not None:
-                out += _cpu_lines(s.cpu)
+            out += _cpu_lines(s.cpu)
     if s.inlined:
         out.append(f"  inlined: {', '.join(s.inlined)}")
     out += [f"  note: {n}" for n in s.notes]
@@ -493,7 +491,7 @@ ZEROING = {Zeroing.OWN_SLICES: "each prange iteration its own slice (whole sub-a
 
 
 def _loops(s: ComputeStage) -> str:
-    acc = s.cpu.accumulate if s.cpu is not None else None
+    acc = s.cpu.accumulate
     if acc is not None and acc.split is not None:
         names = " > ".join(a.name for a in s.order) or "(single point)"
         return (f"prange(chunks of {acc.split.name}) > {names} (serial in a chunk); "

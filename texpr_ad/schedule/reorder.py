@@ -157,7 +157,7 @@ def collapse_rows(stages: list[Stage], nest: tuple[Node, ...], inputs: tuple[Ten
     m = _Merge(ok)
     out = {st.name: (collapse_reductions(st, m) if _reduces(st) else
                      collapse_data_rows(st, m) if st.name not in rows else st)
-           if isinstance(st, ComputeStage) and st.cpu is not None and st.name not in fixed and
+           if isinstance(st, ComputeStage) and st.name not in fixed and
            st.cpu.accumulate is None and st.cpu.contraction is None and st.cpu.split is None
            else st for st in stages}
     for n in nest:

@@ -360,6 +360,11 @@ class Reduce(Expr):
         return (self.combiner, self.source, self.axis, self.condition, self.init)
 
 
+def is_zero(e: Expr) -> bool:
+    """Whether `e` is the constant zero (of a number type: not False)."""
+    return isinstance(e, Const) and not isinstance(e.value, bool) and e.value == 0
+
+
 # -- construction helpers --------------------------------------------------------
 
 def const(value: int | float | bool, dtype: str | None = None) -> Const:

@@ -12,7 +12,8 @@ from typing import Any, Callable, Sequence
 
 from ..errors import TexprError
 from . import dtype as dt
-from .expr import Call, Const, Expr, IterVar, Read, Reduce, Var, as_expr, const, next_uid
+from .expr import (Call, Const, Expr, IterVar, Read, Reduce, Var, as_expr, const, is_zero,
+                   next_uid)
 from .bounds import Verdict, bound, guarded_reads, read_verdicts
 from .ops import Op
 from .visit import children, free_vars, reads_in, substitute, transform, walk
@@ -316,13 +317,13 @@ def _split_nested(body: Expr, name: str, k: int, axes: tuple[IterVar, ...]) -> E
         outer = sorted((v for v in free_vars(e) if isinstance(v, IterVar)),
                        key=lambda v: rank.get(v, len(rank)))  # stable: others as found
         new_axes = tuple(IterVar(v.name, const(0), v.extent, "data") for v in outer)
-        shift = {v: a + v.lo if not _is_zero(v.lo) else a for v, a in zip(outer, new_axes, strict=True)}
+        shift = {v: a + v.lo if not is_zero(v.lo) else a for v, a in zip(outer, new_axes, strict=True)}
         inner_body = substitute(e, shift)
         counter[0] += 1
         stage_name = f"{name}_red{counter[0]}" if k == 0 else f"{name}_{k}_red{counter[0]}"
         op = ComputeOp(stage_name, new_axes, (inner_body,))
         t = Tensor(op, 0, tuple(a.extent for a in new_axes), e.dtype)
-        lifted[e] = Read(t, tuple(v - v.lo if not _is_zero(v.lo) else v for v in outer), e.dtype)
+        lifted[e] = Read(t, tuple(v - v.lo if not is_zero(v.lo) else v for v in outer), e.dtype)
         return lifted[e]
 
     if isinstance(body, Reduce):
@@ -331,10 +332,6 @@ def _split_nested(body: Expr, name: str, k: int, axes: tuple[IterVar, ...]) -> E
         return Reduce(body.combiner, kids[:n], body.axis, kids[n], body.value_index, body.dtype,
                       kids[n + 1:])
     return transform(body, lift)
-
-
-def _is_zero(e: Expr) -> bool:
-    return isinstance(e, Const) and e.value == 0
 
 
 _DIVISIONS = (Op.FLOORDIV, Op.FLOORMOD, Op.DIV)
