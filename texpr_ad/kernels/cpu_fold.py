@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..schedule.plan import SUM_BLOCK, SUM_CHAIN, ComputeStage, wide_sum
-from ..te.expr import Const, Expr, IterVar, Reduce, ReduceKind, const, is_zero
+from ..te.expr import Const, Expr, IterVar, Reduce, ReduceKind, always, const, is_zero
 from ..te.simplify import simplify
 from ..te.visit import substitute
 from .render import WIDE_ZERO, RenderPass, reduce_groups, top
@@ -52,7 +52,7 @@ class CPUFold(RenderPass):
         The block index counts from 0 and the chunk's start is clamped at 0, so LLVM sees
         that reads at `ax` are not negative (no wraparound select) and vectorizes the loop."""
         if chunk is None:
-            n = int(ax.extent.value) if isinstance(ax.extent, Const) else None  # type: ignore[attr-defined]
+            n = int(ax.extent.value) if isinstance(ax.extent, Const) else None
             if not block or (n is not None and n <= SUM_BLOCK):
                 return [Level(acc, lambda d: self.range_loop(d, ax, env), f64)]
             lo = self.expr(ax.lo, env)
@@ -183,18 +183,14 @@ class CPUFold(RenderPass):
                   stages: Sequence[tuple[ComputeStage, str]], axes: Sequence[IterVar],
                   row: IterVar) -> bool:
         """`fold` of `stages` (each with its accumulator row element, indexed by `row`) over
-        `ax` from `start` to `stop`, then `axes`, then `row`, where a wide sum (plan.wide_sum,
-        its row float64) can fold blocks of `ax` (each adding at most SUM_CHAIN terms to an
-        element) into a float32 row of its own, added into the float64 row when the block
-        ends: the row loop stays a float32 SIMD loop.  False (nothing emitted) where no stage
-        can: the caller folds as usual (a wide row then takes each term in float64)."""
-        other = 1.0
-        for a in axes:
-            other *= int(a.extent.value) if isinstance(a.extent, Const) else float("inf")  # type: ignore[attr-defined]
-        per = int(SUM_CHAIN // other)
-        wide = [(st, at) for st, at in stages if per >= 1 and wide_sum(reduce_groups(st.bodies)[0][0])]
+        `ax` from `start` to `stop`, then `axes`, then `row`, where a wide sum's float64 row
+        adds a float32 row of its own per `row_block` terms of `ax` (the plan's `Accumulate`):
+        the row loop stays a float32 SIMD loop.  False (nothing emitted) where no stage has a
+        row block: the caller folds as usual."""
+        wide = [(st, at) for st, at in stages if st.cpu.accumulate.row_block]  # type: ignore[union-attr]
         if not wide:
             return False
+        per = wide[0][0].cpu.accumulate.row_block  # type: ignore[union-attr]
         j, ext = self.axis(row), top(self.expr(row.extent, {}))
         blk = {id(st): self.names.fresh(f"{st.name}_blk") for st, _ in wide}
         for st, _ in wide:
@@ -219,18 +215,18 @@ class CPUFold(RenderPass):
         row axis, if any, innermost; the stages share these loops (a CHUNKS loop of fuse.py)."""
         d = depth
         reds = [reduce_groups(st.bodies)[0][0] for st, _ in stages]
-        last = axes[-1] if axes and row is not None and not self.hoist.get(axes[-1]) and all(
-            isinstance(r.condition, Const) and r.condition.value is True for r in reds) else None
+        unroll = stages[0][0].cpu.accumulate.unroll  # type: ignore[union-attr]
+        last = axes[-1] if axes and row is not None and unroll > 1 else None
         for ax in (axes[:-1] if last is not None else axes):
             self.range_loop(d, ax, {})
             d += 1
-        if last is not None:  # unrolled: each row element loaded and stored once per ROW_UNROLL terms
+        if last is not None:  # unrolled: each row element loaded and stored once per `unroll` terms (plan)
             assert row is not None
             groups = IterVar(f"{last.name}_g", const(0, "int64"),
-                             simplify(last.extent // ROW_UNROLL), "reduce")
-            rest = IterVar(last.name, simplify(last.lo + groups.extent * ROW_UNROLL),
-                           simplify(last.extent % ROW_UNROLL), "reduce")
-            for loop, at in ((groups, [last.lo + groups * ROW_UNROLL + u for u in range(ROW_UNROLL)]),
+                             simplify(last.extent // unroll), "reduce")
+            rest = IterVar(last.name, simplify(last.lo + groups.extent * unroll),
+                           simplify(last.extent % unroll), "reduce")
+            for loop, at in ((groups, [last.lo + groups * unroll + u for u in range(unroll)]),
                              (rest, [rest])):
                 self.range_loop(d, loop, {})
                 self.range_loop(d + 1, row, {})
@@ -247,7 +243,7 @@ class CPUFold(RenderPass):
             d += 1
         for (st, acc_at), r in zip(stages, reds, strict=True):
             dc = d
-            if not (isinstance(r.condition, Const) and r.condition.value is True):
+            if not always(r.condition):
                 self.emit(d, f"if {top(self.expr(r.condition, {}))}:")
                 dc += 1
             a = acc_at()
@@ -318,7 +314,7 @@ class CPUFold(RenderPass):
             inner = {k: self.names.fresh(f"{stages[k].name}_acc") for k in riders}
             for k in riders:  # a wide rider's outer accumulator is float64
                 self.emit(depth, f"{outer[k]} = {self.acc_type(reds[k])[1]}")
-            if not (row is not None and not riders and self.fold_rows(
+            if not (row is not None and self.fold_rows(
                     depth, split, f"{chunk.lo}{chunk.start()}",
                     f"{chunk.lo}min({chunk.start()} + {size}, {n})", rows_, r.axis[1:], row)):
                 self.emit(depth, chunk.header(s))
@@ -385,9 +381,8 @@ class Chunk:
 
 def _longer(ax: IterVar, n: int) -> bool:
     """Whether the loop of `ax` may run more than `n` times."""
-    return not (isinstance(ax.extent, Const) and int(ax.extent.value) <= n)  # type: ignore[arg-type]
+    return not (isinstance(ax.extent, Const) and int(ax.extent.value) <= n)
 
 
 # the accumulation step of a lanes reduction, by kind (vecmath.py)
 LANE_STEP = {ReduceKind.SUM: "radd", ReduceKind.MAX: "fmaximum", ReduceKind.MIN: "fminimum"}
-ROW_UNROLL = 4  # terms of the innermost reduce loop folded into a row element per load and store

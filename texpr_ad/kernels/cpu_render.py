@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 from ..schedule.checks import node_checks, plain
 from ..schedule.loopnest import Loop, LoopKind, Place, refs
 from ..schedule.plan import ComputeStage, ScatterStage, Zeroing, wide_sum
-from ..te.expr import Const, Expr, IterVar, Read, Reduce, is_zero
+from ..te.expr import Const, Expr, IterVar, Read, Reduce, always, is_zero
 from ..te.visit import walk
 from .cpu_fold import LANE_STEP, CPUFold
 from .render import (CHECK_NAME, ERR_NAME, KERNEL_NAME, _describe, _is_placeholder, _np_dtype,
@@ -259,7 +259,7 @@ class CPURender(CPUFold):
         change, computed (and checked) once before it, so the block loop vectorizes."""
         bound: dict[tuple[int, int], str] = {}
         for k, u in enumerate(st.updates):
-            if not (isinstance(u.condition, Const) and u.condition.value is True):
+            if not always(u.condition):
                 continue  # the condition may be what keeps the index in bounds
             for d, i in enumerate(u.index):
                 if d != st.parallel_dim and not isinstance(i, Const) and p not in walk(i):

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from ..schedule.checks import node_checks
 from ..schedule.cuda import rectangular_prefix
 from ..schedule.plan import ComputeStage, CudaStrategy, Plan, ScatterStage, wide_sum
-from ..te.expr import Call, Const, Expr, Read, Reduce
+from ..te.expr import Call, Const, Expr, Read, Reduce, always
 from ..te.ops import Op
 from ..te.visit import walk
 from .render import (ERR_NAME, EXPR_RULES, KERNEL_NAME, WIDE_ZERO, Renderer, RenderPass, Rule,
@@ -238,7 +238,7 @@ class _CudaRender(RenderPass):
         return super().expr(e, env)
 
     # -- compute stages ---------------------------------------------------------------------
-    def compute(self, st: ComputeStage, parts: Sequence[tuple[str, str]] = ()  # type: ignore[override]
+    def compute(self, st: ComputeStage, parts: Sequence[tuple[str, str]] = ()
                 ) -> str:
         how = st.cuda.strategy  # type: ignore[union-attr]
         self.emit(1, f"# stage {st.name}: {how}" + (f"; inlined {', '.join(st.inlined)}"
@@ -340,7 +340,7 @@ class _CudaRender(RenderPass):
                 for ax in r.axis[flat:]:
                     self.range_loop(d, ax, env)
                     d += 1
-                if not (isinstance(r.condition, Const) and r.condition.value is True):
+                if not always(r.condition):
                     self.emit(d, f"if {top(self.expr(r.condition, env))}:")
                     d += 1
                 self.combine(d, comb, accs, [self.expr(s, env) for s in r.source], accs, st.name)
@@ -380,7 +380,7 @@ class _CudaRender(RenderPass):
         return f"launch({{k}}, {points}, {self.r.reduce_block})", []
 
     # -- scatter stages ----------------------------------------------------------------------
-    def scatter(self, st: ScatterStage) -> str:  # type: ignore[override]
+    def scatter(self, st: ScatterStage) -> str:
         how = st.cuda.strategy  # type: ignore[union-attr]
         self.emit(1, f"# stage {st.name}: scatter-add, {how}")
         depth, serial = 1, st.order

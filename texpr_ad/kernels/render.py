@@ -20,7 +20,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from ..te import dtype as dt
-from ..te.expr import Call, CommReducer, Const, Expr, IterVar, Read, Reduce, Var, is_zero
+from ..te.expr import Call, CommReducer, Const, Expr, IterVar, Read, Reduce, Var, always, is_zero
 from ..te.ops import Op
 from ..te.bounds import Verdict, dead, dim_verdict, facts
 from ..te.printer import expr_str
@@ -366,7 +366,7 @@ class RenderPass:
         for a, ident in zip(accs, comb.identity, strict=True):
             self.emit(depth, f"{a} = {WIDE_ZERO if wide else top(self.expr(ident, {}))}")
         d = depth
-        cond = not (isinstance(r.condition, Const) and r.condition.value is True)
+        cond = not always(r.condition)
         if cond and not any(isinstance(x, Read) or any(x is a for a in r.axis)
                             for x in walk(r.condition)):
             # a condition on the data axes alone (`where ax == 0`): tested once, not per term
@@ -429,7 +429,7 @@ class RenderPass:
             depth += 1
         for k, u in enumerate(st.updates):
             d0 = depth
-            if not (isinstance(u.condition, Const) and u.condition.value is True):
+            if not always(u.condition):
                 self.emit(d0, f"if {top(self.expr(u.condition, {}))}:")
                 d0 += 1
             idx = [(bound or {}).get((k, d)) or self.scatter_index(st, u, d)

@@ -58,7 +58,7 @@ from typing import Any, Mapping, Sequence
 
 
 from ..te.bounds import bound
-from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, ReduceKind, const, is_zero
+from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, ReduceKind, always, const, is_zero
 from ..te.ops import Op
 from ..te.printer import expr_str
 from ..te.reduce import sum as te_sum
@@ -73,11 +73,11 @@ from .cpu_invariants import hoist, workspace
 from .fuse import fuse
 from .reorder import collapse_rows, reorder_reductions, static_size, tighten
 from .fuse import stage_reads as _reads
-from .loopnest import Place, refs
+from .loopnest import Loop, LoopKind, Node, Place, StageRef, refs
 from .nest import MIN_PARALLEL_CHUNKS, Expander, compute_stage, extent_product
 from .nest import const_int as _const, iteration_count as _work, reduction_notes as _reduction_notes
-from .plan import (Accumulate, ComputeStage, Contraction, CpuStagePlan, Inline, Plan,
-                   ScatterStage, ScheduleError, Split, Stage, Zeroing)
+from .plan import (SUM_CHAIN, Accumulate, ComputeStage, Contraction, CpuStagePlan, Inline, Plan,
+                   ScatterStage, ScheduleError, Split, Stage, Zeroing, wide_sum)
 from .plan import with_cpu as _cpu
 
 
@@ -96,6 +96,7 @@ CACHE_RESIDENT = 1 << 15  # elements of a tensor read from cache wherever it is 
 CACHE_LINE_F32 = 16  # float32 values in a 64-byte cache line: the smallest scatter block
 LANE_KINDS = (ReduceKind.SUM, ReduceKind.MAX, ReduceKind.MIN)  # reducers with a vector step
 LANES = 8  # float32 SIMD lanes (AVX2) a contiguous reduction is vectorized into (see _lanes)
+ROW_UNROLL = 4  # terms of the innermost reduce loop folded into a row element per load and store
 
 
 def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:
@@ -126,7 +127,7 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
     buffers = {r.name for r in refs(nest) if r.place is Place.ROW_BUFFER}
     stages = [st if st.name in buffers else workspace(st, outs, overrides.get(st.name, {}))
               for st in stages]
-    stages = collapse_rows(stages, nest, plan.inputs, set(overrides))
+    stages = row_folds(collapse_rows(stages, nest, plan.inputs, set(overrides)), nest)
     out = replace(plan, target="cpu", stages=tuple(stages), inlined=plan.inlined + dropped,
                   nest=nest)
     groups = [[out.stage(r.name) for r in refs((n,))] for n in out.tree]
@@ -596,9 +597,33 @@ def _accumulate(st: ComputeStage) -> Accumulate | None:
     if row is None and split is None:
         return None
     vector = split is not None and row is None and r.combiner.kind in LANE_KINDS and \
-        r.source[0].dtype in ("float32", "float64") and \
-        isinstance(r.condition, Const) and r.condition.value is True
+        r.source[0].dtype in ("float32", "float64") and always(r.condition)
     return Accumulate(row, split, SPLIT_CHUNKS if split is not None else 0, vector)
+
+
+def row_folds(stages: list[Stage], nest: tuple[Node, ...]) -> list[Stage]:
+    """How the row-accumulated stages of each tree node fold their rows (`Accumulate`): a wide
+    sum's float64 row adds a float32 row per `row_block` terms of the outer reduce axis (at most
+    SUM_CHAIN terms to an element; not beside a STEPPED rider, which folds in lanes), and the
+    innermost reduce loop of the fold, if any, is unrolled by ROW_UNROLL where no member's
+    reduction has a condition."""
+    by = {st.name: st for st in stages}
+    for node in nest or tuple(StageRef(s.name) for s in stages):
+        kids = node.body if isinstance(node, Loop) and node.kind is LoopKind.CHUNKS else (node,)
+        group = [st for k in kids if isinstance(k, StageRef) and isinstance(st := by[k.name], ComputeStage)
+                 and st.cpu.accumulate is not None and st.cpu.accumulate.row is not None]
+        if not group:
+            continue
+        reds = [next(x for b in s.bodies for x in walk(b) if isinstance(x, Reduce)) for s in group]
+        per = int(SUM_CHAIN // extent_product([a.extent for a in reds[0].axis[1:]]))
+        wide = [per >= 1 and len(group) == len(kids) and wide_sum(r) for r in reds]
+        split = group[0].cpu.accumulate.split is not None  # type: ignore[union-attr]
+        axes = reds[0].axis[1:] if split or any(wide) else reds[0].axis
+        unroll = ROW_UNROLL if axes and all(always(r.condition) for r in reds) else 1
+        for s, w in zip(group, wide):
+            by[s.name] = _cpu(s, accumulate=replace(s.cpu.accumulate, unroll=unroll,  # type: ignore[type-var]
+                                                    row_block=per if w else 0))
+    return [by[s.name] for s in stages]
 
 
 def zeroing(st: ScatterStage) -> ScatterStage:

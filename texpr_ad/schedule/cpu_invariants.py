@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce
+from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, always
 from ..te.ops import Op
 from ..te.tensor import Tensor
 from ..te.bounds import Verdict, dim_verdict
@@ -24,7 +24,7 @@ def hoist(st: Stage, ov: Mapping[str, Any]) -> Stage:
     """Step 9: the loop-invariant values of a loop-nest stage, and the float32 divisors among
     them (overrides: `hoist`, `reciprocal`, both bool)."""
     c = st.cpu
-    if not isinstance(st, ComputeStage) or c is None or c.contraction is not None \
+    if not isinstance(st, ComputeStage) or c.contraction is not None \
             or c.accumulate is not None or not ov.get("hoist", True):
         return st
     serial = st.order[st.fused:] if st.parallel and st.fused else st.order
@@ -36,12 +36,8 @@ def hoist(st: Stage, ov: Mapping[str, Any]) -> Stage:
     found = tuple(_invariant_exprs(st.bodies, inner, _safe))
     recips = tuple(_f32_divisors(st.bodies, set(found))) if ov.get("reciprocal", True) else ()
     folds = tuple(dict.fromkeys(e for r in _reduces(st.bodies, set(found)) for e in
-                                _invariant_exprs(r.source, set(r.axis), _safe, _conditioned(r))))
+                                _invariant_exprs(r.source, set(r.axis), _safe, not always(r.condition))))
     return _cpu(st, hoisted=found, reciprocals=recips, fold_hoisted=folds)
-
-
-def _conditioned(r: Reduce) -> bool:
-    return not (isinstance(r.condition, Const) and r.condition.value is True)
 
 
 def _reduces(bodies: Sequence[Expr], hoisted: set[Expr]) -> list[Reduce]:
@@ -123,7 +119,7 @@ def _invariant_exprs(bodies: Sequence[Expr], inner: set[IterVar],
             case Call(op=Op.AND | Op.OR, args=(a, b)):
                 nxt = [(a, bound, ok), (b, bound, inner_ok)]
             case Reduce():
-                if not (isinstance(e.condition, Const) and e.condition.value is True):
+                if not always(e.condition):
                     continue
                 nxt = [(s, bound | frozenset(e.axis), ok) for s in e.source + e.init]
             case _:

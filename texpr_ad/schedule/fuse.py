@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Mapping
 
-from ..te.expr import Const, Expr, IterVar, Read, Reduce, const
+from ..te.expr import Const, Expr, IterVar, Read, Reduce, always, const
 from ..te.tensor import Tensor
 from ..te.visit import reads_in, transform, walk
 from .loopnest import REASONS, Loop, LoopKind, Node, Place, StageRef, refs
@@ -208,7 +208,7 @@ def _prange_body(members: list[Stage], readers: dict[int, set[str]]
             assert isinstance(st, ComputeStage) and isinstance(prev, ComputeStage)
             st = renamed(st, m)
             nodes[-1] = Loop(LoopKind.ROW, prev.order[1].extent,
-                             (nodes[-1], StageRef(st.name)), REASONS[LoopKind.ROW])  # type: ignore[arg-type]
+                             (nodes[-1], StageRef(st.name)), REASONS[LoopKind.ROW])
         else:
             nodes.append(StageRef(st.name, place.get(st.name, Place.ARRAY)))
         out.append(st)
@@ -325,8 +325,8 @@ def _sibling_map(head: ComputeStage, st: Stage) -> dict[IterVar, IterVar] | None
     if any(x.accumulate or x.contraction or x.split for x in (c, ch)):
         return None
     ra, rb = _reduce(head), _reduce(st)
-    if len(ra.axis) != len(rb.axis) or wide_sum(ra) != wide_sum(rb) or ra.init or rb.init or any(
-            not (isinstance(r.condition, Const) and r.condition.value is True) for r in (ra, rb)):
+    if len(ra.axis) != len(rb.axis) or wide_sum(ra) != wide_sum(rb) or ra.init or rb.init \
+            or not (always(ra.condition) and always(rb.condition)):
         return None
     pairs = [*zip(head.order, st.order), *zip(ra.axis, rb.axis)]
     if not all(x.lo.same_as(y.lo) and x.extent.same_as(y.extent) for x, y in pairs):

@@ -11,7 +11,7 @@ import collections
 import math
 from typing import Any, Mapping, Protocol, Sequence
 
-from ..te.expr import Call, Const, Expr, IterVar, Reduce, ReduceKind
+from ..te.expr import Call, Const, Expr, IterVar, Reduce, ReduceKind, always
 from ..te.ops import Op
 from ..te.printer import expr_str
 from ..te.tensor import ComputeOp, Tensor
@@ -96,7 +96,7 @@ def reduction_notes(bodies: Sequence[Expr], axes: Sequence[IterVar]) -> tuple[st
                     f"{r.dtype} terms (more than {LONG_SUM}), rounded to {r.dtype} once")
         if len(r.source) > 1:
             txt += f"; tuple reducer computing {len(r.source)} values in one loop"
-        if not (isinstance(r.condition, Const) and r.condition.value is True):
+        if not always(r.condition):
             txt += f"; where {expr_str(r.condition)}"
         if r.init:
             txt += f"; init {', '.join(expr_str(i) for i in r.init)}"

@@ -162,6 +162,8 @@ class Accumulate:
     split: IterVar | None
     chunks: int
     vector: bool = False
+    unroll: int = 1  # row accumulation: terms of the innermost reduce loop per row element load
+    row_block: int = 0  # a wide sum's rows: terms of the outer axis per float32 row (0: none)
 
     def describe(self) -> str:
         parts = []
@@ -174,6 +176,12 @@ class Accumulate:
         if self.vector:
             parts.append("each chunk folds in scalar accumulators stepped like lanes (its "
                          "innermost loop vectorizes; sums within float rounding)")
+        if self.row_block:
+            parts.append(f"the float64 row adds a float32 row per {self.row_block} terms of the "
+                         f"outer reduce axis (the row loop stays float32 SIMD)")
+        if self.unroll > 1:
+            parts.append(f"the innermost reduce loop unrolled by {self.unroll} (each row element "
+                         f"loaded and stored once per {self.unroll} terms, in the same order)")
         return "; ".join(parts)
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 from ..deriv.solver import invert
-from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind, const
+from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind, always, const
 from ..te.tensor import PlaceholderOp, Tensor
 from ..te.visit import substitute, transform, walk
 from .loopnest import Loop, LoopKind, Node, Place, refs
@@ -76,7 +76,7 @@ def _each_reduction(st: ComputeStage, rewrite: Callable[[Reduce], Reduce | None]
 
 def _tightened(r: Reduce) -> Reduce | None:
     """`r` over the ranges its condition allows, or None where no condition part is affine."""
-    if isinstance(r.condition, Const) and r.condition.value is True:
+    if always(r.condition):
         return None
     inv = invert([], list(r.axis), [], [r.condition])
     if inv is None or not inv.new_axes or (len(inv.conditions) == 1 and

@@ -360,6 +360,11 @@ class Reduce(Expr):
         return (self.combiner, self.source, self.axis, self.condition, self.init)
 
 
+def always(e: Expr) -> bool:
+    """Whether the condition `e` is the constant True (a reduction or update without one)."""
+    return isinstance(e, Const) and e.value is True
+
+
 def is_zero(e: Expr) -> bool:
     """Whether `e` is the constant zero (of a number type: not False)."""
     return isinstance(e, Const) and not isinstance(e.value, bool) and e.value == 0

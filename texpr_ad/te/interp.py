@@ -25,13 +25,14 @@ _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if np.issubdtype(np.result_type(a, b), np.integer):
-        return np.floor_divide(a, np.where(b == 0, 1, b))
+        return _floordiv(a, b)
     return np.true_divide(a, b)
 
 
 def _floordiv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if np.issubdtype(np.result_type(a, b), np.integer):
-        return np.floor_divide(a, np.where(b == 0, 1, b))
+    t = np.result_type(a, b)
+    if np.issubdtype(t, np.integer):  # x // 0 == 0, as NumPy and the kernels
+        return np.where(b == 0, 0, np.floor_divide(a, np.where(b == 0, 1, b))).astype(t)
     return np.floor(a / b)
 
 

@@ -1,0 +1,71 @@
+"""How a row-accumulated reduction folds its rows is the plan's decision (schedule/cpu.row_folds:
+`Accumulate.unroll`, `Accumulate.row_block`); the renderer only spells it out.  The plan says it,
+the source follows it, and a plan changed by hand renders the change with the same values (the
+same terms in the same order).  Float64 NumPy references; no timing."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+import texpr_ad as ta
+from texpr_ad import te
+from texpr_ad.kernels.cpu_kernel import CpuKernel
+from texpr_ad.schedule.plan import with_cpu
+
+
+def _column_sum(rows: int, where: bool = False):
+    """y[j] = sum_{i, k} x[i, k, j]: too few outputs to parallelize over, so i splits into
+    chunks and each chunk folds whole rows along j (k-i-j order)."""
+    x = te.placeholder((rows, 48, 96), "float32", name="x")
+    i, k = te.reduce_axis((0, rows), "i"), te.reduce_axis((0, 48), "k")
+    cond = {"where": (i * k) % 3 != 0} if where else {}  # (not affine: stays a condition)
+    y = te.compute((96,), lambda j: te.sum(x[i, k, j], axis=[i, k], **cond), name="y")
+    return ta.build([y], [x])
+
+
+def _with(kern, **acc):
+    """The kernel of `kern`'s plan with stage y's accumulation changed by hand."""
+    st = kern.plan.stage("y")
+    new = with_cpu(st, accumulate=replace(st.cpu.accumulate, **acc))
+    return CpuKernel(replace(kern.plan, stages=tuple(new if s is st else s for s in kern.plan.stages)))
+
+
+def _x(rows: int) -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((rows, 48, 96)).astype(np.float32)
+
+
+def test_the_plan_unrolls_the_row_fold_and_the_source_follows():
+    k = _column_sum(64)
+    acc = k.plan.stage("y").cpu.accumulate
+    assert acc.row is not None and acc.split is not None and acc.unroll == 4, str(k.plan)
+    assert "unrolled by 4" in str(k.plan) and "for k_g in range(" in k.source, k.source
+    rolled = _with(k, unroll=1)
+    assert "unrolled" not in str(rolled.plan) and "k_g" not in rolled.source, rolled.source
+    x = _x(64)
+    (a,), (b,) = k(x), rolled(x)
+    np.testing.assert_array_equal(a, b)  # same terms, same order
+    np.testing.assert_allclose(a, x.astype(np.float64).sum((0, 1)), rtol=1e-4, atol=1e-4)
+
+
+def test_a_condition_keeps_the_row_fold_rolled():
+    k = _column_sum(64, where=True)
+    assert k.plan.stage("y").cpu.accumulate.unroll == 1, str(k.plan)
+    assert "k_g" not in k.source, k.source
+    x = _x(64)
+    i, kk = np.meshgrid(np.arange(64), np.arange(48), indexing="ij")
+    ref = np.where(((i * kk) % 3 != 0)[..., None], x.astype(np.float64), 0.0).sum((0, 1))
+    np.testing.assert_allclose(k(x)[0], ref, rtol=1e-4, atol=1e-4)
+
+
+def test_a_wide_row_adds_float32_row_blocks_where_the_plan_says():
+    k = _column_sum(128)  # 6144 terms per output: a wide sum, its row float64
+    acc = k.plan.stage("y").cpu.accumulate
+    assert acc.row_block == 1 and acc.unroll == 4, str(k.plan)  # 64 // 48 rows of i per block
+    assert "a float32 row per 1 terms" in str(k.plan) and "y_blk" in k.source, k.source
+    plain = _with(k, row_block=0)
+    assert "y_blk" not in plain.source, plain.source
+    x = _x(128)
+    ref, scale = x.astype(np.float64).sum((0, 1)), np.abs(x).sum((0, 1))
+    for kern in (k, plain):  # float32 rounding of float64, not one float32 chain's 6144 terms
+        assert (np.abs(kern(x)[0] - ref) <= 1e-7 * scale + 1e-7 * np.abs(ref)).all()
