@@ -126,6 +126,7 @@ class Expr:
     def __rshift__(self, o: Any) -> Expr: return binary(Op.SHR, self, o)
     def __neg__(self) -> Expr: return call(Op.NEG, self)
     def __pos__(self) -> Expr: return self
+    def __abs__(self) -> Expr: return call(Op.ABS, self)  # abs(x), as np.abs and te.abs
     def __lt__(self, o: Any) -> Expr: return binary(Op.LT, self, o)
     def __le__(self, o: Any) -> Expr: return binary(Op.LE, self, o)
     def __gt__(self, o: Any) -> Expr: return binary(Op.GT, self, o)
