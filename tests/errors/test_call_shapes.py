@@ -149,6 +149,34 @@ def test_symbolic_dims_must_agree_across_kernel_arrays():
     assert kern(np.ones((0, 3)), np.ones(0))[0].shape == (0, 3)
 
 
+def test_a_symbolic_shape_that_comes_out_negative_names_the_array():
+    """Q[i] = P[i + 1] - P[i] over m - 1 points, called with m = 0: the kernel's np.empty raised
+    NumPy's raw 'negative dimensions are not allowed'; the static path was already an error."""
+    m = te.var("m")
+    P = te.placeholder((m,), "float64", name="P")
+    kern = ta.build([te.compute((m - 1,), lambda i: P[i + 1] - P[i], name="Q")], [P])
+    np.testing.assert_array_equal(kern(np.array([1.0, 4.0, 9.0]))[0], [3.0, 5.0])
+    with pytest.raises(KernelArgumentError, match=r"output 'Q' would have shape \(m - 1,\) = "
+                                                  r"\(-1,\) \(with m=0\); pass arrays"):
+        kern(np.zeros(0))
+    op = ta.custom_op(lambda P: te.compute((P.shape[0] - 1,), lambda i: P[i + 1] - P[i]),
+                      name="diff", dynamic=True)
+    with pytest.raises(ta.TexprError, match="would have shape"):
+        op(np.zeros(0))
+
+
+def test_a_cast_in_a_symbolic_divisor_is_evaluated():
+    """E[I[i] % n] with an int64 I and the int32 dim n casts n: the per-call divisor check could
+    not evaluate the cast (KeyError: Op.CAST)."""
+    n, m = te.var("n"), te.var("m")
+    E = te.placeholder((n,), "float64", name="E")
+    I = te.placeholder((m,), "int64", name="I")
+    kern = ta.build([te.compute((m,), lambda i: E[I[i] % n], name="g")], [E, I])
+    np.testing.assert_array_equal(kern(np.arange(5.0), np.array([1, 7, 3]))[0], [1.0, 2.0, 3.0])
+    with pytest.raises(KernelArgumentError, match="divides by"):
+        kern(np.zeros(0), np.array([1]))
+
+
 def test_every_call_error_is_a_texpr_error():
     for cls in (ta.ArrayArgumentError, ta.CustomOpError, KernelArgumentError):
         assert issubclass(cls, ta.TexprError)

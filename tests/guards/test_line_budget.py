@@ -19,7 +19,7 @@ BUDGET = {
     "deriv": 1750,
     "ops": 2700,
     "schedule": 3590,
-    "kernels": 3442,
+    "kernels": 3460,
     "relax_bridge": 3172,
     "report": 1450,
     "testing": 500,

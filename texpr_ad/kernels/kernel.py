@@ -62,6 +62,7 @@ class Kernel(ABC):
         self.source = renderer.render(plan)
         self._checked: dict[tuple, list[int]] = {}  # `_prepare`'s memo
         self._divs: dict[Expr, tuple[Expr, str]] | None = None  # found on the first check
+        self._sized: list[tuple[str, tuple[Expr, ...]]] = []  # ... as are the symbolic shapes
         level = debug_level()
         if level >= 2:
             print(plan)
@@ -138,20 +139,23 @@ class Kernel(ABC):
         for t, a in zip(ins, xs, strict=True):
             want = tuple(_index_value(s, env) for s in t.shape)
             if want != a.shape:
-                used = [v for v in env if any(x.same_as(v) for s in t.shape for x in walk(s))]
-                binding = ", ".join(f"{v.name}={env[v]}" for v in used)
-                sym = f" = {want} (with {binding})" if used else ""
+                binding = _binding(t.shape, env)
+                sym = f" = {want} (with {binding})" if binding else ""
                 raise KernelArgumentError(
                     f"input {t.name!r} must have shape {shape_str(t.shape)}{sym}, got {a.shape}")
         if self._divs is None:
-            self._divs = symbolic_divisors(self.plan)
+            self._divs, self._sized = symbolic_divisors(self.plan), symbolic_shapes(self.plan)
         for b, (x, stage) in self._divs.items():
             if _index_value(b, env) == 0:
-                binding = ", ".join(f"{v.name}={env[v]}" for v in env if any(
-                    y.same_as(v) for y in walk(b)))
                 raise KernelArgumentError(
-                    f"stage {stage}: `{x}` divides by `{b}` = 0 (with {binding}); pass arrays "
-                    f"whose shapes make the divisor nonzero")
+                    f"stage {stage}: `{x}` divides by `{b}` = 0 (with {_binding((b,), env)}); "
+                    f"pass arrays whose shapes make the divisor nonzero")
+        for what, shape in self._sized:
+            got = tuple(_index_value(s, env) for s in shape)
+            if min(got) < 0:
+                raise KernelArgumentError(
+                    f"{what} would have shape {shape_str(shape)} = {got} (with "
+                    f"{_binding(shape, env)}); pass arrays whose shapes make every dim >= 0")
         args = [np.ascontiguousarray(a) if a.ndim else a.reshape(1) for a in xs]
         return args, [env[v] for v in self.plan.params]
 
@@ -175,6 +179,22 @@ def symbolic_divisors(plan: Plan) -> dict[Expr, tuple[Expr, str]]:
     return found
 
 
+def symbolic_shapes(plan: Plan) -> list[tuple[str, tuple[Expr, ...]]]:
+    """The shapes of the plan's arrays that depend on symbolic dims (checked >= 0 per call)."""
+    outs = {id(t) for t in plan.outputs}
+    arrays = [(t, tuple(a.extent for a in st.axes)) for st in plan.stages
+              if isinstance(st, ComputeStage) for t in st.tensors if t is not None]
+    arrays += [(st.tensor, st.shape) for st in plan.stages if not isinstance(st, ComputeStage)]
+    return [(f"{'output' if id(t) in outs else 'intermediate'} {t.name!r}", shape)
+            for t, shape in arrays if not all(isinstance(s, Const) for s in shape)]
+
+
+def _binding(exprs: Sequence[Expr], env: Mapping[Var, int]) -> str:
+    """`n=5, m=0`: the values of the symbolic dims that `exprs` use."""
+    return ", ".join(f"{v.name}={env[v]}" for v in env if any(
+        x.same_as(v) for e in exprs for x in walk(e)))
+
+
 def _index_value(e: Expr, env: Mapping[Var, int]) -> int:
     """Evaluate a shape expression over the bound symbolic dims."""
     match e:
@@ -182,6 +202,8 @@ def _index_value(e: Expr, env: Mapping[Var, int]) -> int:
             return int(v)
         case Var():
             return int(env[e])
+        case Call(op=Op.CAST, args=(a,)):  # an index dtype's cast (`i % n` of an int64 read)
+            return int(np.array(_index_value(a, env)).astype(e.dtype))
         case Call(op=op, args=args):
             return int(NUMPY_IMPL[op](*[np.int64(_index_value(a, env)) for a in args]))
     raise TypeError(f"cannot evaluate shape expression `{e}`")
