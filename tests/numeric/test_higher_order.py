@@ -16,8 +16,7 @@ def _run(outs, feed):
     return te.evaluate(outs, feed)
 
 
-HVP_XFAIL = {"prod_with_zero": "the zero-safe prod adjoint is piecewise in the zero count, so its own "
-                                "derivative at an exact zero misses d/dx_zero (first order is exact)"}
+HVP_XFAIL: dict[str, str] = {}  # (prod_with_zero was one until its adjoint kept s, the zero factors' sum)
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=HVP_XFAIL[n], strict=True))

@@ -104,6 +104,34 @@ def test_max_ties_split_evenly_and_prod_with_zeros():
     np.testing.assert_allclose(te.evaluate([dP], {X: x2, h: np.ones(2)})[0], [[0, 0, 0], [8, 4, 2]])
 
 
+def _prod_hessian(x: np.ndarray, init: float | None) -> np.ndarray:
+    """d2/dxa dxb of init * prod(x): the product of the other factors, 0 on the diagonal."""
+    f = list(x) + ([init] if init is not None else [])
+    return np.array([[0.0 if a == b else np.prod([f[c] for c in range(len(f)) if c not in (a, b)])
+                      for b in range(len(x))] for a in range(len(x))])
+
+
+@pytest.mark.parametrize("init", [None, 3.0, 0.0])
+def test_prod_second_derivative_with_zero_factors(init):
+    """A Hessian-vector product through prod where factors are zero: the first-order rule
+    branched on the zero count, right at the point but constant around it, so the second
+    derivative lost the cross terms ([2, 0, 5, 7] gave 0 for d2/dx0 dx1 instead of 35)."""
+    X = te.placeholder((4,), "float64", name="X")
+    k = te.reduce_axis((0, 4), name="k")
+    Y = te.compute((), lambda: te.prod(X[k], axis=k, init=init), name="Y")
+    h, v = te.placeholder((), "float64", name="h"), te.placeholder((4,), "float64", name="v")
+    (dX,) = ta.grad(Y, [X], head=h)
+    (hv,) = ta.grad(dX, [X], head=v)
+    kern = ta.build([hv], [X, h, v])
+    vv = np.array([1.0, -2.0, 0.5, 3.0])
+    for x in ([2.0, 3.0, 5.0, 7.0], [2.0, 0.0, 5.0, 7.0], [0.0, 0.0, 5.0, 7.0], [0.0, 0.0, 0.0, 7.0]):
+        x = np.array(x)
+        want = _prod_hessian(x, init) @ vv
+        feed = {X: x, h: np.array(1.0), v: vv}
+        np.testing.assert_allclose(te.evaluate([hv], feed)[0], want, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(kern(x, np.array(1.0), vv)[0], want, rtol=1e-12, atol=1e-12)
+
+
 def test_max_pool_backward_costs_like_forward():
     X = te.placeholder((2, 3, 16, 16), "float64", name="X")
     ry, rx = te.reduce_axis((0, 2), name="ry"), te.reduce_axis((0, 2), name="rx")
