@@ -86,3 +86,19 @@ def test_debug_level_one_prints_adjoints(mm, capsys):
     with flags(debug=1):
         ta.grad(Y, [A], head=te.placeholder((4, 2), "float64", name="dY"))
     assert "# adjoint of A" in capsys.readouterr().out
+
+
+def test_numpy_functions_on_te_expressions_name_te_intrinsics():
+    """`np.exp(X[i])` in a compute body was NumPy's object-loop TypeError ('loop of ufunc does
+    not support argument 0 of type Read which has no callable exp method'); NumPy scalars in
+    arithmetic keep building te arithmetic, `==` keeps te's meaning."""
+    X = te.placeholder((4,), "float32", name="X")
+    for fn in (np.exp, np.tanh, np.maximum, np.sqrt):
+        args = (X[0], 0.0) if fn is np.maximum else (X[0],)
+        with pytest.raises(ta.TexprError, match=rf"np\.{fn.__name__} cannot take the te "
+                                                 r"expression `X\[0\]`; .*te\.exp"):
+            te.compute((4,), lambda i: fn(*(X[i] if a is X[0] else a for a in args)))
+    y = te.compute((4,), lambda i: np.float32(2) * X[i] - np.float32(1) / (X[i] + np.int32(3)), name="y")
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_allclose(ta.build([y], [X])(x)[0], 2 * x - 1 / (x + 3), rtol=1e-6)
+    assert str(np.float32(1) == X[0]) == "X[0] == 1.0" and not bool(np.float32(1) == X[0])

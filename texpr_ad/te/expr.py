@@ -139,6 +139,19 @@ class Expr:
     def __rxor__(self, o: Any) -> Expr: return binary(Op.BITWISE_XOR, o, self)
     def __invert__(self) -> Expr: return call(Op.BITWISE_NOT if dt.is_int(self.dtype) else Op.NOT, self)
 
+    def __array_ufunc__(self, ufunc: Any, method: str, *args: Any, **kw: Any) -> Any:
+        """NumPy arithmetic with a te expression is te arithmetic (`np.float32(2) * x`); a NumPy
+        function of one (`np.exp(x)`) is an error naming te's, not NumPy's object-loop message."""
+        op = _NP_OPS.get(ufunc.__name__)
+        if op is None or method != "__call__" or kw:
+            raise dt.ExprTypeError(
+                f"np.{ufunc.__name__} cannot take the te expression `{self}`; inside a compute "
+                f"body use te's intrinsics (te.exp, te.log, te.sqrt, te.tanh, te.abs, "
+                f"te.max(a, b), te.min(a, b), ...) and Python operators")
+        if op in (Op.EQ, Op.NE):  # `==` as on te expressions (an EqualOp)
+            return EqualOp(self, next(a for a in args if a is not self), op)
+        return binary(op, *args) if len(args) == 2 else call(op, *args)
+
     def eq(self, o: Any) -> Expr:
         return binary(Op.EQ, self, o)
 
@@ -401,6 +414,14 @@ def as_expr(x: object, like: str | None = None) -> Expr:
 
 _BITWISE_OF = {Op.AND: Op.BITWISE_AND, Op.OR: Op.BITWISE_OR}
 _BOOL_RESULT = {Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.AND, Op.OR}
+
+
+# NumPy ufuncs that Python operators on te expressions spell (Expr.__array_ufunc__)
+_NP_OPS = {"add": Op.ADD, "subtract": Op.SUB, "multiply": Op.MUL, "true_divide": Op.DIV,
+           "divide": Op.DIV, "equal": Op.EQ, "not_equal": Op.NE,
+           "floor_divide": Op.FLOORDIV, "remainder": Op.FLOORMOD, "power": Op.POW,
+           "less": Op.LT, "less_equal": Op.LE, "greater": Op.GT, "greater_equal": Op.GE,
+           "negative": Op.NEG, "absolute": Op.ABS, "left_shift": Op.SHL, "right_shift": Op.SHR}
 
 
 def binary(op: Op, a: object, b: object) -> Expr:
