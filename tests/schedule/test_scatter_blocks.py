@@ -1,5 +1,5 @@
 """Scatter blocking (schedule/cpu.scatter_block) and the index dims computed once before the
-block loop (kernels/cpu_render.invariant_indices).  Decisions on the plan and the source;
+block loop (the plan's `hoisted`, spelled by kernels/cpu_render.invariant_indices).  Decisions on the plan and the source;
 results against float64 NumPy; a bad index still raises.  No timing."""
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ def _segment_grad(d: int):
 def test_a_scatter_over_columns_runs_blocks_of_them_innermost(d, block):
     k = _segment_grad(d)
     assert f"blocks of {block} k values per prange iteration, k innermost" in str(k.plan), str(k.plan)
+    assert [str(e) for e in k.plan.stage("dx").cpu.hoisted] == ["r"], str(k.plan)
+    assert "hoisted: r (loop-invariant: computed once before the block loops" in str(k.plan)
     lines = k.source.splitlines()
     at = next(n for n, ln in enumerate(lines) if "for k in range(" in ln)
     assert "= _chk(r, " in lines[at - 1], k.source  # the row index checked once per row
@@ -45,3 +47,23 @@ def test_a_scatter_over_columns_runs_blocks_of_them_innermost(d, block):
     bad[5] = 400  # a row past x: the hoisted check still raises, naming the scatter
     with pytest.raises(KernelIndexError, match="scatter index is out of bounds"):
         k(xs, bad, hs)
+
+
+def test_the_renderer_hoists_only_what_the_plan_says():
+    """A plan changed by hand to hoist nothing computes the row index inside the block loop:
+    same values (the renderer follows the plan's `hoisted`, it does not decide)."""
+    from dataclasses import replace
+
+    from texpr_ad.kernels.cpu_kernel import CpuKernel
+    from texpr_ad.schedule.plan import with_cpu
+    k = _segment_grad(64)
+    st = k.plan.stage("dx")
+    plain = CpuKernel(replace(k.plan, stages=tuple(with_cpu(s, hoisted=()) if s is st else s
+                                                   for s in k.plan.stages)))
+    lines = plain.source.splitlines()
+    at = next(n for n, ln in enumerate(lines) if "for k in range(" in ln)
+    assert "_chk(r, " not in lines[at - 1] and "_chk(r, " in "".join(lines[at:]), plain.source
+    r = np.random.default_rng(4)
+    xs, hs = r.standard_normal((300, 64)).astype("f4"), r.standard_normal((10, 64)).astype("f4")
+    off = np.concatenate([[0], np.sort(r.integers(0, 300, 9)), [300]]).astype(np.int64)
+    np.testing.assert_array_equal(plain(xs, off, hs)[0], k(xs, off, hs)[0])

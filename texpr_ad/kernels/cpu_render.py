@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 from ..schedule.checks import node_checks, plain
 from ..schedule.loopnest import Loop, LoopKind, Place, refs
 from ..schedule.plan import ComputeStage, ScatterStage, Zeroing, wide_sum
-from ..te.expr import Const, Expr, IterVar, Read, Reduce, always, is_zero
+from ..te.expr import Expr, IterVar, Read, Reduce, always, is_zero
 from ..te.visit import walk
 from .cpu_fold import LANE_STEP, CPUFold
 from .render import (CHECK_NAME, ERR_NAME, KERNEL_NAME, _describe, _is_placeholder, _np_dtype,
@@ -241,7 +241,7 @@ class CPURender(CPUFold):
             for a in st.order[1:]:
                 self.range_loop(depth, a, {})
                 depth += 1
-            bound = self.invariant_indices(depth, st, p)
+            bound = self.invariant_indices(depth, st)
             self.emit(depth, f"for {self.axis(p)} in range({b} * {block}, "
                              f"min({b} * {block} + {block}, {n})):")
             depth += 1
@@ -254,15 +254,14 @@ class CPURender(CPUFold):
         for d, idx, value in self.scatter_updates(depth, st, serial, bound):
             self.emit(d, self.r.scatter_add.format(target=self.index(t, idx), value=value))
 
-    def invariant_indices(self, depth: int, st: ScatterStage, p: IterVar) -> dict[tuple[int, int], str]:
-        """The target index dims of unconditional updates that the block loop over `p` does not
-        change, computed (and checked) once before it, so the block loop vectorizes."""
+    def invariant_indices(self, depth: int, st: ScatterStage) -> dict[tuple[int, int], str]:
+        """The target index dims the plan hoists out of the block loop (`hoisted`: those of
+        unconditional updates that the loop does not change), each computed and checked once
+        before it, so the block loop vectorizes."""
         bound: dict[tuple[int, int], str] = {}
         for k, u in enumerate(st.updates):
-            if not always(u.condition):
-                continue  # the condition may be what keeps the index in bounds
             for d, i in enumerate(u.index):
-                if d != st.parallel_dim and not isinstance(i, Const) and p not in walk(i):
+                if d != st.parallel_dim and always(u.condition) and i in st.cpu.hoisted:
                     name = self.names.fresh(f"{st.name}_i{d}")
                     self.emit(depth, f"{name} = {self.scatter_index(st, u, d)}")
                     bound[k, d] = name

@@ -650,4 +650,8 @@ def scatter_block(st: ScatterStage) -> ScatterStage:
     if (p is None or st.parallel_dim != len(st.shape) - 1 or len(st.order) < 2
             or not is_zero(p.lo) or n < 2 * CACHE_LINE_F32):
         return st
-    return _cpu(st, block=SCATTER_BLOCK if n >= 2 * SCATTER_BLOCK else CACHE_LINE_F32)
+    hoisted = dict.fromkeys(i for u in st.updates if always(u.condition) for d, i in
+                            enumerate(u.index) if d != st.parallel_dim and p not in walk(i)
+                            and not isinstance(i, Const))  # (a condition may guard the index)
+    return _cpu(st, block=SCATTER_BLOCK if n >= 2 * SCATTER_BLOCK else CACHE_LINE_F32,
+                hoisted=tuple(hoisted))

@@ -477,7 +477,8 @@ def _cpu_lines(c: CpuStagePlan) -> list[str]:
                    f"(sums regroup within float rounding)")
     if c.hoisted:
         out.append(f"  hoisted: {'; '.join(expr_str(e) for e in c.hoisted)} (loop-invariant: "
-                   f"computed once before the serial loops, which LLVM cannot do past stores)")
+                   f"computed once before the {'block' if c.block else 'serial'} loops, which "
+                   f"LLVM cannot do past stores)")
     if c.fold_hoisted:
         out.append(f"  hoisted out of its reduction loops: "
                    f"{'; '.join(expr_str(e) for e in c.fold_hoisted)} (the same for every term)")
