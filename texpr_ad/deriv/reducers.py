@@ -237,11 +237,12 @@ def arg_extreme(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> ArgExtrem
 
 def _prod(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Linearization:
     """prod: `Y = init * prod_r src`, each factor's derivative without dividing by zero.  With
-    z = #zero factors, p = the product of the non-zero ones and s = the sum of the zero ones
-    (init counted as a factor; s is 0, kept for its derivative),
+    z = #zero factors, p = the product of the non-zero ones (init counted as a factor) and
+    s = z - stop_gradient(z), which is 0 but has the derivative of the zero factors' sum (z
+    counts each zero factor f as 1 + f),
 
-        d Y / d f = [z == 0] p / f + [z == 1] p s / f     where f != 0
-                  = [z == 1] p + [z == 2] p (s - f)       where f == 0
+        d Y / d f = p c / f,  c = 1 if z == 0, s if z == 1, else 0    where f != 0
+                  = [z == 1] p + [z == 2] p (s - f)                where f == 0
 
     Each branch is the product of the other factors near the point too, not only at it, so
     differentiating again is right where factors are zero (d/dg of p s / f is p / f for the
@@ -250,21 +251,20 @@ def _prod(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Linearization:
     src = body.source[0]
     one, zero, two = const(1.0, Y.dtype), const(0.0, Y.dtype), const(2.0, Y.dtype)
     init = body.init[0] if body.init else None
-    axis, where = list(body.axis), body.condition
-    zeros = te.sum(te.if_then_else(src.eq(zero), one, zero), axis=axis, where=where)
-    nonzero_prod = te.prod(te.if_then_else(src.eq(zero), one, src), axis=axis, where=where)
-    zero_sum = te.sum(te.if_then_else(src.eq(zero), src, zero), axis=axis, where=where)
+    zeros = te.sum(te.if_then_else(src.eq(zero), one + src, zero), axis=list(body.axis),
+                   where=body.condition)
+    nonzero_prod = te.prod(te.if_then_else(src.eq(zero), one, src), axis=list(body.axis),
+                           where=body.condition)
     if init is not None:
-        zeros = zeros + te.if_then_else(init.eq(zero), one, zero)
+        zeros = zeros + te.if_then_else(init.eq(zero), one + init, zero)
         nonzero_prod = nonzero_prod * te.if_then_else(init.eq(zero), one, init)
-        zero_sum = zero_sum + te.if_then_else(init.eq(zero), init, zero)
     z = _at(Y.shape, zeros, data, f"{Y.name}_zeros")[data]
     p = _at(Y.shape, nonzero_prod, data, f"{Y.name}_nonzero_prod")[data]
-    s = _at(Y.shape, zero_sum, data, f"{Y.name}_zero_sum")[data]
+    s = z - te.stop_gradient(z)
 
     def partial(f: Expr) -> Expr:
         at_zero = te.if_then_else(z.eq(one), p, te.if_then_else(z.eq(two), p * (s - f), zero))
-        off_zero = te.if_then_else(z.eq(zero), p / f, te.if_then_else(z.eq(one), p * s / f, zero))
+        off_zero = p * te.if_then_else(z.eq(zero), one, te.if_then_else(z.eq(one), s, zero)) / f
         return te.if_then_else(f.eq(zero), at_zero, off_zero)
 
     def by(f: Expr) -> Scale:
