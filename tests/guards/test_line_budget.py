@@ -20,7 +20,7 @@ BUDGET = {
     "ops": 2700,
     "schedule": 3594,
     "kernels": 3459,
-    "relax_bridge": 3172,
+    "relax_bridge": 3200,
     "report": 1450,
     "testing": 500,
 }

@@ -21,6 +21,7 @@ what TVM's forward decided, it reads it from TVM, so the gradient follows the fo
                               gradient never divides (texpr_ad's prod rule counts the zeros)
     take_backward             a scatter-add of the output gradient along the axis
     layout_transform          out[index_map(i)] = x[i] (a scatter), padding filled with pad_value
+    slice_scatter             src inside the slice, x elsewhere (TVM's te reads past src's end)
     ewise_fma, wrap_param,    elementwise, a cast, a pixel rearrangement, attention over packed
     pixel_shuffle,            sequences (per sequence as `relax.nn.attention`); TVM 0.27 cannot
     attention_var_len         compile these at all, so `legalize` gives them one from this te
@@ -43,7 +44,7 @@ from ..te.tensor import ScatterOp, ScatterUpdate, Tensor
 from .from_tvm import prim_expr
 from .grad import BridgeError, placeholders
 
-REASON = "texpr_ad's own te (TVM's legalization is not te)"
+REASON = "texpr_ad's own te (TVM's legalization is not te, or reads out of bounds)"
 
 # op -> why its gradient is no-grad
 NO_GRAD: dict[str, str] = {
@@ -372,6 +373,19 @@ def _layout_transform(call: Any, _: Any) -> tuple[list[Any], Callable[..., Any]]
     return [x], fte
 
 
+def _slice_scatter(call: Any, _: Any) -> tuple[list[Any], Callable[..., Any]]:
+    """src[.., (i - start) / step, ..] where start <= i < end on the step, else x (TVM's te reads
+    src at an index clipped to x's extent, past src's end, then masks it; its gradient failed)."""
+    start, end, step = (int(a.value) for a in call.args[2:5])
+
+    def fte(X: Tensor, S: Tensor) -> Tensor:
+        ax = _axis(call.attrs.axis, X.ndim)
+        return te.compute(X.shape, lambda *i: te.if_then_else(
+            te.all(i[ax] >= start, i[ax] < end, (i[ax] - start) % step == 0),
+            S[_replace(i, ax, (i[ax] - start) // step)], X[i]), name="slice_scatter")
+    return list(call.args[:2]), fte
+
+
 def _ewise_fma(call: Any, _: Any) -> tuple[list[Any], Callable[..., Any]]:
     return list(call.args), lambda a, b, c: te.compute(
         a.shape, lambda *i: a[i] * b[i] + c[i], name="ewise_fma")
@@ -434,6 +448,7 @@ OWN_TE: dict[str, Define] = {
     "relax.index_put": _index_put,
     "relax.grad.take_backward": _take_backward,
     "relax.layout_transform": _layout_transform,
+    "relax.slice_scatter": _slice_scatter,
     "relax.ewise_fma": _ewise_fma,
     "relax.wrap_param": _wrap_param,
     "relax.nn.pixel_shuffle": _pixel_shuffle,

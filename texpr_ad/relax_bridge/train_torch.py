@@ -80,12 +80,13 @@ def _init(opt: Any, params: list[Any]) -> Any:
 
 def _decompositions() -> dict[Any, Any]:
     """torch.export's default table, plus batch norm in training mode (the importer returns zeros
-    for its new running statistics) and var_mean (which the importer lacks) as var and mean."""
+    for its new running statistics), elu (the importer drops its scale and input_scale: selu,
+    celu) and var_mean (which the importer lacks) as var and mean."""
     import torch
     from torch._decomp import get_decompositions
     aten = torch.ops.aten
     table = torch.export.default_decompositions()
-    table.update(get_decompositions([aten._native_batch_norm_legit_functional]))
+    table.update(get_decompositions([aten._native_batch_norm_legit_functional, aten.elu]))
 
     def var_mean(x: Any, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
         return (aten.var.correction(x, dim, correction=correction, keepdim=keepdim),
@@ -100,6 +101,24 @@ def _amax(node: Any, imp: Any) -> Any:
     from tvm import relax
     x, dims, keep = [*node.args, [], False][:3]
     return imp.block_builder.emit(relax.op.max(imp.env[x], list(dims) or None, bool(keep)))
+
+
+def _embedding(node: Any, imp: Any) -> Any:
+    """`aten.embedding` as the importer's take, with the rows read at padding_idx in no_grad: the
+    importer drops padding_idx (only PyTorch's backward uses it: that row's gradient is 0)."""
+    from tvm import relax
+    w, idx = node.args[:2]
+    pad, freq = (*node.args[2:], *(-1, False)[len(node.args) - 2:])[:2]
+    if freq:
+        raise TorchTrainError("train_torch: embedding's scale_grad_by_freq=True is not supported")
+    out, i = imp._embedding_impl(imp.env[idx], imp.env[w]), imp.env[idx]
+    if pad < 0:
+        return out
+    keep = relax.op.expand_dims(relax.op.not_equal(i, relax.const(pad, str(i.ty.dtype))), -1)
+    return imp.block_builder.emit(relax.op.where(keep, out, relax.op.grad.no_grad(out)))
+
+
+CONVERT = {"amax.default": _amax, "embedding.default": _embedding}
 
 
 class _Step:
@@ -179,7 +198,7 @@ class TorchTrainer:
         t0 = time.perf_counter()
         mod = static_strided_slices(from_exported_program(  # constant dynamic slices get shapes
             ep, run_ep_decomposition=False, no_bind_return_tuple=True,
-            custom_convert_map={"amax.default": _amax}))  # a tuple even for the loss
+            custom_convert_map=CONVERT))  # a tuple even for the loss
         main = mod["main"]
         self.ops = Counter(str(b.value.op.name) for blk in main.body.blocks for b in blk.bindings
                            if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op))
@@ -276,7 +295,7 @@ def first_disagreeing_node(ep: Any, args: Sequence[Any]) -> tuple[Any, float]:
     from tvm import relax
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
     imp = ExportedProgramImporter()
-    mod = imp.from_exported_program(ep, False, False, False, {"amax.default": _amax})
+    mod = imp.from_exported_program(ep, False, False, False, CONVERT)
     main = mod["main"]
     bound = {str(b.var.name): b.var for blk in main.body.blocks for b in blk.bindings}
     probes = [(n, bound[str(v.name)]) for n, v in imp.env.items()

@@ -1,0 +1,112 @@
+"""Defects found by training small PyTorch models through `train_torch` as a new user.
+
+(a) `relax.slice_scatter` (F.pad(mode="circular") exports to it): TVM's legalization reads `src`
+    at an index clipped to x's extent, past src's end, and masks the value away; the gradient
+    derived from it scattered to those indices and raised KernelIndexError. It now has its own te.
+(b) F.selu exports as `aten.elu` with scale and input_scale, which TVM 0.27's importer drops: the
+    forward check refused the model. train_torch now decomposes elu.
+(c) nn.Embedding(padding_idx=p): only PyTorch's backward uses padding_idx (row p gets no
+    gradient); the importer drops it, so the gradient check refused the model, blaming the derived
+    gradients. train_torch now imports embedding with the rows read at p in no_grad, and refuses
+    scale_grad_by_freq=True by name.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tvm = pytest.importorskip("tvm")
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from tvm import relax  # noqa: E402
+
+from texpr_ad.relax_bridge import TorchTrainError, prepare_for_build, register_missing_gradients, \
+    train_torch  # noqa: E402
+
+RNG = np.random.default_rng(7)
+
+
+@pytest.mark.parametrize("n, start, end, step, axis", [
+    (5, 1, 3, 1, 0), (5, 0, 2, 1, 1), (7, 1, 6, 2, 1), (6, 0, 6, 1, 0), (11, 8, 11, 1, 1)])
+def test_slice_scatter_gradient(n, start, end, step, axis) -> None:
+    register_missing_gradients("relax.slice_scatter")
+    shape = [4, 4]
+    shape[axis] = n
+    sshape = list(shape)
+    sshape[axis] = len(range(start, end, step))
+    x = relax.Var("x", relax.TensorType(shape, "float64"))
+    v = relax.Var("v", relax.TensorType(sshape, "float64"))
+    cv = RNG.normal(size=shape)
+    c = relax.const(cv, "float64")
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, v]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.slice_scatter(x, v, start, end, step, axis=axis))
+            loss = bb.emit_output(relax.op.sum(relax.op.multiply(y, c)))
+        bb.emit_func_output(loss)
+    mod = relax.transform.Gradient("main")(bb.get())
+    vm = relax.VirtualMachine(tvm.compile(prepare_for_build(mod), target="llvm"), tvm.cpu())
+    xv, vv = RNG.normal(size=shape), RNG.normal(size=sshape)
+    _, (gx, gv) = vm["main_adjoint"](tvm.runtime.tensor(xv), tvm.runtime.tensor(vv))
+    at = [slice(None)] * 2
+    at[axis] = slice(start, end, step)
+    want_x = cv.copy()
+    want_x[tuple(at)] = 0
+    np.testing.assert_allclose(gx.numpy(), want_x)
+    np.testing.assert_allclose(gv.numpy(), cv[tuple(at)])
+
+
+class _Pad(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.conv = torch.nn.Conv1d(2, 3, 3)
+        self.scale = torch.nn.Parameter(torch.randn(2, 1))
+        self.fc = torch.nn.Linear(3 * 9, 2)
+
+    def forward(self, x):
+        return self.fc(self.conv(F.pad(x * self.scale, (2, 3), mode="circular")).flatten(1))
+
+
+def test_circular_pad_model_trains_with_torch_gradients() -> None:
+    model, x, t = _Pad(), torch.randn(4, 2, 6), torch.tensor([0, 1, 1, 0])
+    trainer = train_torch(model, x, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1),
+                          example_targets=t)
+    assert max(trainer.gradient_errors.values()) < 1e-4, trainer.gradient_errors
+
+
+def _sgd(model):
+    return torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def test_selu_and_elu_with_alpha_train_with_torch_gradients() -> None:
+    torch.manual_seed(4)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.SELU(), torch.nn.Linear(4, 4),
+                                torch.nn.ELU(0.5), torch.nn.CELU(2.0), torch.nn.Linear(4, 3))
+    x, t = torch.randn(5, 3), torch.tensor([0, 2, 1, 1, 2])
+    trainer = train_torch(model, x, F.cross_entropy, _sgd(model), example_targets=t)
+    assert max(trainer.gradient_errors.values()) < 1e-4, trainer.gradient_errors
+
+
+class _Bag(torch.nn.Module):
+    def __init__(self, **kw) -> None:
+        super().__init__()
+        torch.manual_seed(5)
+        self.emb, self.fc = torch.nn.Embedding(9, 4, **kw), torch.nn.Linear(4, 3)
+
+    def forward(self, idx):
+        return self.fc(self.emb(idx).mean(1))
+
+
+def test_embedding_padding_idx_row_gets_no_gradient() -> None:
+    model = _Bag(padding_idx=2)
+    idx, t = torch.tensor([[2, 1, 2, 5], [0, 2, 8, 8], [3, 3, 2, 7]]), torch.tensor([0, 2, 1])
+    trainer = train_torch(model, idx, F.cross_entropy, _sgd(model), example_targets=t)
+    assert max(trainer.gradient_errors.values()) < 1e-4, trainer.gradient_errors
+    trainer.step(idx, t)
+    got = trainer.state_dict()["emb.weight"].numpy()
+    np.testing.assert_array_equal(got[2], model.emb.weight.detach().numpy()[2])  # not trained
+    with pytest.raises(TorchTrainError, match="scale_grad_by_freq"):
+        model = _Bag(scale_grad_by_freq=True)
+        train_torch(model, idx, F.cross_entropy, _sgd(model), example_targets=t)
