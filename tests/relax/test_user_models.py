@@ -9,6 +9,10 @@
     gradient); the importer drops it, so the gradient check refused the model, blaming the derived
     gradients. train_torch now imports embedding with the rows read at p in no_grad, and refuses
     scale_grad_by_freq=True by name.
+(d) x[:, 0] (CLS pooling), unbind, nn.MultiheadAttention's packed q/k/v: the importer takes
+    aten.select as a take with a 0-d index; TVM 0.27's take gradient emits a take_backward whose
+    legalization asserts 1-d indices, so compiling the step failed with a bare AssertionError
+    (a TVM defect; the same with any non-1-d take index). train_torch imports select as a slice.
 """
 from __future__ import annotations
 
@@ -110,3 +114,24 @@ def test_embedding_padding_idx_row_gets_no_gradient() -> None:
     with pytest.raises(TorchTrainError, match="scale_grad_by_freq"):
         model = _Bag(scale_grad_by_freq=True)
         train_torch(model, idx, F.cross_entropy, _sgd(model), example_targets=t)
+
+
+class _Cls(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(6)
+        self.fc, self.head = torch.nn.Linear(4, 8), torch.nn.Linear(8, 3)
+        self.att = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x, mask):
+        h = self.fc(x)
+        h = h + self.att(h, h, h, key_padding_mask=mask, need_weights=False)[0]
+        a, b = h[:, :2].unbind(1)
+        return self.head(h[:, 0] + a * b - h[:, -1])
+
+
+def test_select_unbind_and_multihead_attention_train_with_torch_gradients() -> None:
+    model, x, t = _Cls(), torch.randn(3, 5, 4), torch.tensor([0, 2, 1])
+    mask = torch.tensor([[False] * 3 + [True] * 2, [False] * 5, [False] * 4 + [True]])
+    trainer = train_torch(model, (x, mask), F.cross_entropy, _sgd(model), example_targets=t)
+    assert max(trainer.gradient_errors.values()) < 1e-4, trainer.gradient_errors

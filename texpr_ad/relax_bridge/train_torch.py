@@ -118,7 +118,18 @@ def _embedding(node: Any, imp: Any) -> Any:
     return imp.block_builder.emit(relax.op.where(keep, out, relax.op.grad.no_grad(out)))
 
 
-CONVERT = {"amax.default": _amax, "embedding.default": _embedding}
+def _select(node: Any, imp: Any) -> Any:
+    """`aten.select` (x[:, 0], unbind) as a slice, not the importer's take with a 0-d index:
+    TVM 0.27's take gradient then emits a take_backward whose legalization asserts 1-d indices."""
+    from tvm import relax
+    x = imp.env[node.args[0]]
+    dim = node.args[1] % x.ty.ndim
+    i = node.args[2] % int(x.ty.shape[dim])
+    sl = imp.block_builder.emit(relax.op.strided_slice(x, [dim], [i], [i + 1]))
+    return imp.block_builder.emit(relax.op.squeeze(sl, [dim]))
+
+
+CONVERT = {"amax.default": _amax, "embedding.default": _embedding, "select.int": _select}
 
 
 class _Step:
