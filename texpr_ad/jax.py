@@ -14,13 +14,13 @@ intermediates the backward reads (see `Pullback.explain()`), kept as the rule's 
 the inputs and outputs; the backward callback reads them.  Integer inputs get a zero
 cotangent (None in the custom_vjp rule); integer outputs are not differentiated (their float0
 cotangents are not passed on).  Without `jax_enable_x64`, JAX keeps float64 as float32, so the
-kernels see float32, and a te function giving a 64-bit output is a JaxOpError.
+kernels see float32, and a te function giving a 64-bit output is a JaxOpError.  First order
+only: differentiating the callbacks (jax.hessian, grad of grad) is a JaxOpError (`_callback`).
 
 Arguments: JAX or NumPy arrays and Python numbers (0-dim arrays, as `jnp.asarray` makes
 them: runtime values, one kernel for every value), positionally (`arrays.op_arguments`), in a
 dtype the kernels compute in (`arrays.op_dtype`; float16/bfloat16: compute in float32), with
-concrete shapes
-(`jax.export`'s symbolic dims are refused), else a TexprError.  Kernels are built while JAX
+concrete shapes (`jax.export`'s symbolic dims are refused), else a TexprError.  Kernels are built while JAX
 traces, so what the definition or the planner rejects is raised there, as a TexprError; a
 kernel's own run-time error (a gather index out of range) comes out of the callback as JAX's
 `JaxRuntimeError` holding the texpr_ad message.
@@ -118,7 +118,16 @@ class JaxOp:
         def host(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
             res = self.core(*map(np.asarray, arrays))  # the callback may get jax Arrays
             return res if isinstance(res, tuple) else (res,)
-        return jax.pure_callback(host, specs, *xs, vmap_method="sequential")
+        return self._callback(host, specs, *xs)
+
+    def _callback(self, host: Callable[..., Any], specs: Any, *xs: Any) -> Any:
+        """`jax.pure_callback`, whose derivative (second order) is a clear JaxOpError."""
+        f = jax.custom_jvp(lambda *a: jax.pure_callback(host, specs, *a, vmap_method="sequential"))
+        f.defjvp(lambda *_: _raise(JaxOpError(
+            f"{self.name}: derivatives of second order (jax.hessian, grad of grad) are not "
+            f"supported: the op's vjp runs as a host callback, which JAX cannot differentiate; "
+            f"differentiate once, or use texpr_ad.torch (double backward derived)")))
+        return f(*xs)
 
     def _forward_rule(self, *xs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         """The outputs, and as residuals the inputs, outputs and saved intermediates."""
@@ -129,8 +138,7 @@ class JaxOp:
         def host(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
             return tuple(self._pullback(arrays).forward_kernel(*map(np.asarray, arrays)))
 
-        ys = jax.pure_callback(host, self._out_specs(xs, extra=True), *xs,
-                               vmap_method="sequential")
+        ys = self._callback(host, self._out_specs(xs, extra=True), *xs)
         return tuple(ys[:n]), (xs, tuple(ys))
 
     def _backward_rule(self, saved: tuple[Any, ...], gs: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -154,9 +162,12 @@ class JaxOp:
             return tuple(np.zeros_like(x) if r is None else r
                          for r, x, f in zip(got, ins, floats, strict=True) if f)
 
-        grads = iter(jax.pure_callback(host, specs, *xs, *[gs[k] for k in live], *ys,
-                                       vmap_method="sequential") if specs else ())
+        grads = iter(self._callback(host, specs, *xs, *[gs[k] for k in live], *ys) if specs else ())
         return tuple(next(grads) if f else None for f in floats)
+
+
+def _raise(e: Exception) -> Any:
+    raise e
 
 
 def custom_op(fn: Callable[..., Any], name: str = "custom_op") -> JaxOp:

@@ -85,3 +85,20 @@ def test_integer_inputs_get_a_zero_cotangent():
     np.testing.assert_allclose(gx, [2.0, 0, 2, 0, 4])
     gi = jax.grad(lambda x, i: jnp.sum(op(x, i)), argnums=1, allow_int=True)(x, idx)
     assert gi.dtype == jax.dtypes.float0
+
+
+def test_second_order_is_a_clear_jax_op_error():
+    """Before: grad of grad and jax.hessian failed inside JAX with 'Pure callbacks do not
+    support JVP. Please use `jax.custom_jvp` ...' (the host callbacks have no derivative),
+    which points a user at writing their own rule; first order must keep working."""
+    op = tj.custom_op(_rms_scale, name="rms_second")
+    x, g = _args(3)
+    loss = lambda x: jnp.sum(op(x, g) ** 2)  # noqa: E731
+    ref = jax.grad(lambda x: jnp.sum(_rms_ref(x, g) ** 2))(x)
+    np.testing.assert_allclose(jax.jit(jax.grad(loss))(x), ref, rtol=1e-10)
+    second = [lambda: jax.grad(lambda x: jnp.sum(jax.grad(loss)(x)))(x),
+              lambda: jax.hessian(loss)(x[:2]),
+              lambda: jax.jit(jax.jacrev(jax.grad(loss)))(x)]
+    for f in second:
+        with pytest.raises(tj.JaxOpError, match="rms_second: derivatives of second order"):
+            f()
