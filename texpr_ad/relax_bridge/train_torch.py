@@ -12,8 +12,9 @@
 (inputs, targets, parameters, buffers) returning (loss, updated buffers), so BatchNorm running
 statistics are computed in the graph and fed back each step.  It runs PyTorch's decompositions
 (TVM 0.27's importer miscomputes `aten.batch_norm` and `aten.cross_entropy_loss` as they are, and
-returns zeros for a functional batch norm's new statistics), imports the program with
-`from_exported_program` (adding the `amax` it lacks), gives constant dynamic slices a shape
+returns zeros for a functional batch norm's new statistics), refuses by name the ops the importer
+cannot convert, imports the program with `from_exported_program` (adding the `amax`, `amin`,
+`min(dim)` and `prod(dim)` it lacks), gives constant dynamic slices a shape
 (`static_strided_slices`), registers the gradients TVM lacks (`register_missing_gradients`),
 differentiates it with `relax.transform.Gradient`, and compiles it with the step of TVM's own
 optimizer (`relax.training.optimizer`: SGD, MomentumSGD, Adam) matching the `torch.optim` one.
@@ -96,11 +97,22 @@ def _decompositions() -> dict[Any, Any]:
     return table
 
 
-def _amax(node: Any, imp: Any) -> Any:
-    """`aten.amax` (torch's logsumexp decomposes to it; TVM 0.27's importer lacks it) as max."""
+def _reduce(op: Any, arg: bool = False) -> Any:
+    """A converter of `aten.amax`/`amin`/`prod.dim_int` (TVM 0.27's importer lacks them; torch's
+    logsumexp decomposes to amax) as Relax's max/min/prod, or with `arg`, `aten.min.dim` as
+    (min, argmin) like the importer's max.dim."""
     from tvm import relax
-    x, dims, keep = [*node.args, [], False][:3]
-    return imp.block_builder.emit(relax.op.max(imp.env[x], list(dims) or None, bool(keep)))
+
+    def convert(node: Any, imp: Any) -> Any:
+        x, dims, keep = [*node.args, [], False][:3]
+        x, dims, emit = imp.env[x], [dims] if isinstance(dims, int) else list(dims), \
+            imp.block_builder.emit
+        if not arg:
+            return emit(op(x, dims or None, bool(keep)))
+        return emit(relax.Tuple([emit(op(x, dims, bool(keep))),
+                                 emit(relax.op.argmin(x, dims[0], bool(keep)))]))
+
+    return convert
 
 
 def _embedding(node: Any, imp: Any) -> Any:
@@ -129,7 +141,45 @@ def _select(node: Any, imp: Any) -> Any:
     return imp.block_builder.emit(relax.op.squeeze(sl, [dim]))
 
 
-CONVERT = {"amax.default": _amax, "embedding.default": _embedding, "select.int": _select}
+def _convert() -> dict[str, Any]:
+    from tvm.relax import op
+    return {"amax.default": _reduce(op.max), "amin.default": _reduce(op.min),
+            "min.dim": _reduce(op.min, True), "prod.dim_int": _reduce(op.prod),
+            "embedding.default": _embedding, "select.int": _select}
+
+
+HINTS = {"scatter_add.default": "a one-hot matmul: F.one_hot(index, n).to(x.dtype) and @",
+         "logcumsumexp.default": "m + log(cumsum(exp(x - m), dim)), m = x.amax(dim, True).detach()",
+         "adaptive_max_pool2d.default": "F.max_pool2d with kernel_size = stride = size // output",
+         "_embedding_bag_forward_only.default": "nn.Embedding and a sum or mean over each bag"}
+
+
+def _where(node: Any) -> str:
+    """', at file:line: code', the model's source line that made `node` (its export trace)."""
+    import re
+    frames = re.findall(r'File "([^"]+)", line (\d+), in \S+\n\s*(.*)',
+                        node.meta.get("stack_trace") or "")
+    user = [f for f in frames if "/torch/" not in f[0] and not f[0].endswith("train_torch.py")]
+    return f", at {user[-1][0]}:{user[-1][1]}: {user[-1][2].strip()}" if user else ""
+
+
+def check_importable(ep: Any) -> None:
+    """Refuse, by name, the ops of `ep` TVM 0.27's importer cannot convert (its own check is a bare
+    AssertionError 'Unsupported function types'): one per op, at the model's source line."""
+    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+    known = {*ExportedProgramImporter().convert_map, *_convert()}
+    first: dict[str, Any] = {}
+    for n in ep.graph.nodes:
+        if n.op == "call_function" and n.target.__name__ not in known:
+            first.setdefault(n.target.__name__, n)
+    if first:
+        ops = "; ".join(f"{n.target} (node {n.name!r}{_where(n)})" + (
+            f": rewrite it as {HINTS[k]}" if k in HINTS else "") for k, n in first.items())
+        raise TorchTrainError(
+            f"train_torch: TVM 0.27's importer has no converter for {ops}. Write the model with "
+            "ops the importer supports; train_torch converts aten." + ", aten.".join(_convert())
+            + " itself")
+
 
 
 class _Step:
@@ -206,10 +256,12 @@ class TorchTrainer:
         args = (*inputs, *targets, *state)
         ep = torch.export.export(self._step.module(), args)
         self._ep = ep = ep.run_decompositions(_decompositions()) if decompose else ep
+        check_importable(ep)
+        self.decompose = decompose
         t0 = time.perf_counter()
         mod = static_strided_slices(from_exported_program(  # constant dynamic slices get shapes
             ep, run_ep_decomposition=False, no_bind_return_tuple=True,
-            custom_convert_map=CONVERT))  # a tuple even for the loss
+            custom_convert_map=_convert()))  # a tuple even for the loss
         main = mod["main"]
         self.ops = Counter(str(b.value.op.name) for blk in main.body.blocks for b in blk.bindings
                            if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op))
@@ -262,21 +314,42 @@ class TorchTrainer:
         bad = {k: e for k, e in errors.items() if e > GRAD_RTOL}
         if bad:
             k = max(bad, key=bad.get)  # type: ignore[arg-type]
-            raise TorchTrainError(f"train_torch: the gradient of parameter {k!r} differs from "
-                                  f"torch.autograd's by {bad[k]:.2e} (relative; "
-                                  f"tolerance {GRAD_RTOL}); ops with derived gradients: "
-                                  f"{self.derived_ops}; report it with the model")
+            raise TorchTrainError(self._gradient_mismatch(k, bad[k]))
         return errors
+
+    def _gradient_mismatch(self, name: str, err: float) -> str:
+        """The message for a gradient that disagrees while the forward agrees: the parameter, the
+        ops that read it, and the ops between it and the loss whose gradient texpr_ad derived."""
+        from tvm import relax
+        main = self._mod["main"]
+        after = {main.params[self._n_data + self.param_names.index(name)]}
+        ops = []
+        for b in (b for blk in main.body.blocks for b in blk.bindings):
+            if any(v in after for v in relax.analysis.free_vars(b.value)):
+                after.add(b.var)
+                ops += [str(b.value.op.name)] if isinstance(b.value, relax.Call) else []
+        node = next(n for n in self._ep.graph.nodes if n.name == self._ep.graph_signature
+                    .user_inputs[self._n_data + self.param_names.index(name)])
+        derived = sorted(set(ops) & set(self.derived_ops))
+        why = (f"one of the gradients texpr_ad derived for {derived}, or " if derived else "")
+        return (f"train_torch: the gradient of parameter {name!r} differs from torch.autograd's by "
+                f"{err:.2e} (relative; tolerance {GRAD_RTOL}) while the forward agrees; it is read "
+                f"by {sorted({str(u.target) for u in node.users})}. The difference is in {why}TVM's "
+                "own gradients of the ops on its path, or in an argument only PyTorch's backward "
+                "reads that the importer drops (as embedding's padding_idx); report it with the "
+                "model")
 
     def _forward_mismatch(self, output: str, args: Sequence[Any]) -> str:
         """The message for a forward that disagrees: the first disagreeing op, found by running
         every intermediate of the imported graph against PyTorch's (one extra compile)."""
         node, err = first_disagreeing_node(self._ep, args)
-        where = (f"first at op {node.target} (node {node.name!r}, relative error {err:.2e})"
-                 if node is not None else "no single op could be blamed")
+        where = (f"first at op {node.target} (node {node.name!r}{_where(node)}, relative error "
+                 f"{err:.2e}): rewrite that op in plain tensor ops" if node is not None else
+                 "no single op could be blamed")
+        fix = ("; TVM's importer miscomputes some ops as they are (batch_norm, cross_entropy, elu):"
+               " pass decompose=True" if not self.decompose else "")
         return (f"train_torch: the imported forward disagrees with PyTorch on output {output!r}, "
-                f"{where}; TVM's importer miscomputes some ops as they are (batch_norm, "
-                "cross_entropy): keep decompose=True, or rewrite that op in plain tensor ops")
+                f"{where}{fix}")
 
     def step(self, inputs: Any, targets: Any = ()) -> float:
         """One training step (forward, backward, optimizer update) on a batch; returns the loss."""
@@ -306,7 +379,7 @@ def first_disagreeing_node(ep: Any, args: Sequence[Any]) -> tuple[Any, float]:
     from tvm import relax
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
     imp = ExportedProgramImporter()
-    mod = imp.from_exported_program(ep, False, False, False, CONVERT)
+    mod = imp.from_exported_program(ep, False, False, False, _convert())
     main = mod["main"]
     bound = {str(b.var.name): b.var for blk in main.body.blocks for b in blk.bindings}
     probes = [(n, bound[str(v.name)]) for n, v in imp.env.items()
