@@ -23,6 +23,18 @@ def check(dtype: object) -> str:
     return name
 
 
+NARROW = {"int8": (-128, 127), "int16": (-32768, 32767), "uint8": (0, 255)}
+
+
+def check_literal(value: int, dtype: str) -> int:
+    """`value`, refused where a narrow integer dtype cannot hold it (as TVM refuses it)."""
+    lo, hi = NARROW.get(dtype, (value, value))
+    if lo <= value <= hi:
+        return value
+    raise ExprTypeError(f"the constant {value} does not fit {dtype} ({lo}..{hi}); cast the {dtype} "
+                        f"operand to a wider dtype first, e.g. x.astype(\"int32\") + {value}")
+
+
 def is_float(dtype: str) -> bool:
     return dtype in FLOATS
 

@@ -256,7 +256,7 @@ class Const(Expr):
         if self.dtype == "bool":
             v = bool(v)
         elif dt.is_int(self.dtype):
-            v = int(v)
+            v = dt.check_literal(int(v), self.dtype)
         else:
             v = float(v)
         object.__setattr__(self, "value", v)

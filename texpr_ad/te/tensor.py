@@ -268,6 +268,8 @@ def _param_names(fcompute: Callable[..., Any], n: int, name: str) -> list[str]:
         params = []
     if any(p.kind == p.VAR_POSITIONAL for p in params):
         return [f"i{k}" for k in range(n)]
+    if len(params) != n and sum(p.default is p.empty for p in params) == n:  # `lambda i, j, t=t:`
+        params = params[:n]  # the defaults capture loop values, as they do in Python
     if len(params) != n:
         raise TensorError(f"compute {name!r}: shape has {n} dims but the lambda takes "
                           f"{len(params)} arguments; take one index per output dim")
