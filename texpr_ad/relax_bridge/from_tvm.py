@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator, Sequence
 from .. import te
 from ..te import dtype as dt
 from ..te.expr import Const, Expr, IterVar, Var
-from ..te.visit import fold
+from ..te.visit import fold, substitute
 from ..te.intervals import interval
 from ..te.reduce import Reducer
 from ..te.tensor import Tensor
@@ -234,8 +234,7 @@ class _Translator:
     def _reduce(self, r: Any, env: dict[int, Expr], where: str) -> tuple[Expr, ...]:
         axes = []
         for a in r.axis:  # bounds may read data axes and earlier reduce axes
-            lo = self.expr(a.dom.min, env, where)
-            ext = self.expr(a.dom.extent, env, where)
+            lo, ext = (self.expr(d, env, where) for d in (a.dom.min, a.dom.extent))
             iv = IterVar(a.var.name, lo, ext, "reduce")
             env = {**env, _handle(a.var): iv}
             axes.append(iv)
@@ -243,6 +242,12 @@ class _Translator:
         cond = self.expr(r.condition, env, where)
         inits = [self.expr(i, env, where) for i in r.init] or None
         reducer, identity = self._reducer(r.combiner, where)
+        if not axes:  # over no axes (relax axis=[]): the start value and the source combined once
+            comb = reducer.make([s.dtype for s in srcs])
+            start = inits or ([identity] if identity is not None else list(comb.identity))
+            sub = dict([*zip(comb.lhs, start), *zip(comb.rhs, srcs)])
+            return tuple(te.if_then_else(cond, substitute(e, sub), s0)
+                         for e, s0 in zip(comb.result, start, strict=True))
         if identity is not None and inits is None and not all(_pos(a.extent) for a in axes):
             inits = [identity]  # the identity is observable where a range may be empty
         cond_arg = None if isinstance(cond, Const) and cond.value is True else cond
