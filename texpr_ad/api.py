@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from . import te
-from .arrays import ArrayArgumentError, as_array, eval_shape, shape_env
+from .arrays import ArrayArgumentError, as_array, eval_shape, op_arguments, shape_env
 from .errors import TexprError, TexprWarning
 from .te import dtype as dt
 from .te.tensor import Tensor
@@ -201,7 +201,9 @@ class CustomOp:
         self._cache[sig] = [ins, outs, build(outs, ins, self.target)]
         return self._cache[sig]
 
-    def __call__(self, *arrays: Any) -> Any:
+    def __call__(self, *arrays: Any, **kwargs: Any) -> Any:
+        if kwargs:  # (refused, naming them, as the torch and jax ops do)
+            op_arguments(self.name, arrays, kwargs, lambda n: [], bool, "", "")
         arrs = self._arrays(arrays)
         ins, outs, fwd = self._instance(arrs)
         res = fwd(*arrs)

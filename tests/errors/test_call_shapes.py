@@ -180,3 +180,13 @@ def test_a_cast_in_a_symbolic_divisor_is_evaluated():
 def test_every_call_error_is_a_texpr_error():
     for cls in (ta.ArrayArgumentError, ta.CustomOpError, KernelArgumentError):
         assert issubclass(cls, ta.TexprError)
+
+
+def test_keyword_arrays_are_refused_naming_them(mm):
+    """`op(A=a, W=w)` was Python's bare 'unexpected keyword argument'; the torch and jax ops
+    already named the keyword and the fix."""
+    op, a, w = mm
+    with pytest.raises(ta.OpArgumentError, match=r"mm: got keyword argument\(s\) 'A', 'W'; pass the "
+                                                 r"arguments positionally"):
+        op(A=a, W=w)
+    assert op(a, w).shape == (8, 32)
