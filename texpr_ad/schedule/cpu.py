@@ -70,7 +70,7 @@ from .contraction import Operand, Role, SumOfProduct, normal_form, product
 from .cpu_col2im import col2im_scatter
 from .checks import node_checks, plain
 from .cpu_invariants import hoist, workspace
-from .fuse import fuse
+from .fuse import first_reduction, fuse
 from .reorder import collapse_rows, reorder_reductions, static_size, tighten
 from .fuse import stage_reads as _reads
 from .loopnest import Loop, LoopKind, Node, Place, StageRef, refs
@@ -614,7 +614,7 @@ def row_folds(stages: list[Stage], nest: tuple[Node, ...]) -> list[Stage]:
                  and st.cpu.accumulate is not None and st.cpu.accumulate.row is not None]
         if not group:
             continue
-        reds = [next(x for b in s.bodies for x in walk(b) if isinstance(x, Reduce)) for s in group]
+        reds = [first_reduction(s) for s in group]
         per = int(SUM_CHAIN // extent_product([a.extent for a in reds[0].axis[1:]]))
         wide = [per >= 1 and len(group) == len(kids) and wide_sum(r) for r in reds]
         split = group[0].cpu.accumulate.split is not None  # type: ignore[union-attr]

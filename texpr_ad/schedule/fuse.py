@@ -175,7 +175,7 @@ def _chunk_node(st: Stage) -> Node:
     """A CHUNKS member's node: a scalar rider (`_rider_map`) steps in the chunks' row loop."""
     acc = st.cpu.accumulate
     if isinstance(st, ComputeStage) and acc is not None and acc.vector:  # (members fold loops)
-        return Loop(LoopKind.STEPPED, _reduce(st).axis[1].extent, (StageRef(st.name),),
+        return Loop(LoopKind.STEPPED, first_reduction(st).axis[1].extent, (StageRef(st.name),),
                     REASONS[LoopKind.STEPPED])
     return StageRef(st.name)
 
@@ -195,7 +195,7 @@ def _prange_body(members: list[Stage], readers: dict[int, set[str]]
             st = renamed(st, sm)  # type: ignore[arg-type]
             node = nodes[k]
             body = node.body if isinstance(node, Loop) else (node,)
-            outer = st.order[1] if len(st.order) > 1 else _reduce(st).axis[0]
+            outer = st.order[1] if len(st.order) > 1 else first_reduction(st).axis[0]
             nodes[k] = Loop(LoopKind.SIBLINGS, outer.extent, (
                 *body, StageRef(st.name, place.get(st.name, Place.ARRAY))), REASONS[LoopKind.SIBLINGS])
             last = max(i for i, x in enumerate(out) if x.name in {r.name for r in refs((nodes[k],))})
@@ -267,7 +267,7 @@ def _scalar_lanes(st: Stage) -> Accumulate | None:
     acc = st.cpu.accumulate
     if acc is None or acc.split is None or not acc.vector or len(st.bodies) != 1:
         return None
-    r = _reduce(st)
+    r = first_reduction(st)
     return acc if len(r.axis) == 2 and r.axis[0] is acc.split else None
 
 
@@ -280,7 +280,7 @@ def _rider_map(head: Stage, st: Stage) -> dict[IterVar, IterVar] | None:
             or LoopKind.CHUNKS not in FUSIONS:
         return None
     assert isinstance(head, ComputeStage) and isinstance(st, ComputeStage)
-    ra, (i, j) = _reduce(head), _reduce(st).axis
+    ra, (i, j) = first_reduction(head), first_reduction(st).axis
     if len(ra.axis) != 1 or head.axes != (a.row,) or any(
             not (x.lo.same_as(y.lo) and x.extent.same_as(y.extent))
             for x, y in ((i, a.split), (j, a.row))):
@@ -302,7 +302,7 @@ def _row_map(e: ComputeStage, st: Stage) -> dict[IterVar, IterVar] | None:
             or not e.parallel or e.fused != 1 or len(e.order) != 2 or len(e.bodies) != 1
             or e.tensors[0] is None or any(isinstance(x, Reduce) for x in walk(e.bodies[0]))):
         return None
-    (p, j), r = e.order, _reduce(st)
+    (p, j), r = e.order, first_reduction(st)
     if len(r.axis) != 1 or not (r.axis[0].lo.same_as(j.lo) and r.axis[0].extent.same_as(j.extent)):
         return None
     m = {st.order[0]: p, r.axis[0]: j}
@@ -324,7 +324,7 @@ def _sibling_map(head: ComputeStage, st: Stage) -> dict[IterVar, IterVar] | None
         return None
     if any(x.accumulate or x.contraction or x.split for x in (c, ch)):
         return None
-    ra, rb = _reduce(head), _reduce(st)
+    ra, rb = first_reduction(head), first_reduction(st)
     if len(ra.axis) != len(rb.axis) or wide_sum(ra) != wide_sum(rb) or ra.init or rb.init \
             or not (always(ra.condition) and always(rb.condition)):
         return None
@@ -374,8 +374,8 @@ NESTED: dict[LoopKind, Callable[[ComputeStage, Stage], dict[IterVar, IterVar] | 
 }
 
 
-def _reduce(st: ComputeStage) -> Reduce:
-    """The stage's one reduction (a split stage has exactly one, see cpu._accumulate)."""
+def first_reduction(st: ComputeStage) -> Reduce:
+    """The stage's first reduction (its only one where the callers ask: split, lanes and row folds)."""
     return next(x for b in st.bodies for x in walk(b) if isinstance(x, Reduce))
 
 
@@ -385,7 +385,7 @@ def _axis_map(head: ComputeStage, st: Stage) -> dict[IterVar, IterVar] | None:
     if a is None or b is None or a.chunks != b.chunks:
         return None
     assert isinstance(st, ComputeStage)
-    ra, rb = _reduce(head), _reduce(st)
+    ra, rb = first_reduction(head), first_reduction(st)
     pairs = [*zip(head.axes, st.axes), *zip(ra.axis, rb.axis)]
     if len(head.axes) != len(st.axes) or len(ra.axis) != len(rb.axis) or not all(
             x.lo.same_as(y.lo) and x.extent.same_as(y.extent) for x, y in pairs):
