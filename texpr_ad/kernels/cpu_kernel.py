@@ -21,7 +21,8 @@ class CpuKernel(Kernel):
     stages of 1 MiB or more) are allocated on a thread's first call and reused by its
     later calls, as long as the kernel lives: fresh allocations that size come from
     `mmap`, and faulting their pages in again on every call cost more than the stage
-    that fills them.  Outputs are always new arrays.
+    that fills them.  Outputs are always new arrays; a scatter's output of at least 32 MiB is
+    passed in as `np.zeros` (`Zeroing.FRESH`: fresh pages, zeroed by the OS when first touched).
     """
 
     def __init__(self, plan: Plan, renderer: Renderer | None = None) -> None:
@@ -30,11 +31,14 @@ class CpuKernel(Kernel):
         self._ws_spec = [(t.shape, t.dtype) for t in renderer.workspace(plan)]
         self._ws_sized = all(isinstance(s, Const) for t, _ in self._ws_spec for s in t)
         self._ws = threading.local()
+        self._zeroed = [(tuple(int(d.value) for d in t.shape), t.dtype)  # type: ignore[attr-defined]
+                        for t in plan.zeroed]
         self._fn = compile_source(self.source)
 
     def __call__(self, *arrays: Any) -> tuple[np.ndarray, ...]:
         args, params = self._prepare(arrays)
-        res = self._run(*args, *params, *self._workspace(params))
+        res = self._run(*args, *params, *self._workspace(params),
+                        *(np.zeros(s, dtype=d) for s, d in self._zeroed))
         out: list[np.ndarray] = []
         for r, t in zip(res, self.plan.outputs, strict=True):
             r = r.reshape(()) if t.ndim == 0 else r
@@ -55,7 +59,8 @@ class CpuKernel(Kernel):
         """This kernel on C-contiguous arrays shaped and typed as `arrays`, checked now, not again
         (texpr_ad.torch's plans vouch); itself for several or 0-dim outputs/inputs, a workspace."""
         params, outs = self._prepare(arrays)[1], self.outputs
-        plain = len(outs) == 1 and not self._ws_spec and all(t.ndim for t in (*outs, *self.inputs))
+        plain = len(outs) == 1 and not (self._ws_spec or self._zeroed) \
+            and all(t.ndim for t in (*outs, *self.inputs))
         return (lambda *a: self._run(*a, *params)) if plain else self
 
     def _internal_error(self, e: Exception) -> str:

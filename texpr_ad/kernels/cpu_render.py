@@ -25,7 +25,7 @@ class CPURender(CPUFold):
         p = self.plan
         args = [self.tensor(t) for t in p.inputs] + [self.names.get(v, v.name) for v in p.params]
         self.ws = {id(t) for t in p.workspace}
-        args += [self.tensor(t) for t in p.workspace]
+        args += [self.tensor(t) for t in (*p.workspace, *p.zeroed)]
         body: list[str] = []
         for node in p.tree:
             group = [p.stage(r.name) for r in refs((node,))]
@@ -221,11 +221,11 @@ class CPURender(CPUFold):
         self.emit(1, f"# stage {st.name}: scatter-add, {st.strategy}")
         t, name = st.tensor, self.tensor(st.tensor)
         block, zero = st.cpu.block, st.cpu.zero
-        own, split = zero is Zeroing.OWN_SLICES, zero is Zeroing.CHUNKS
-        if id(t) not in self.ws:
+        own, split, fresh = (zero is z for z in (Zeroing.OWN_SLICES, Zeroing.CHUNKS, Zeroing.FRESH))
+        if id(t) not in self.ws and not fresh:  # (fresh: passed in zeroed)
             alloc = "np.empty" if own or split else "np.zeros"
             self.emit(1, f"{name} = {alloc}({self.shape(st.shape)}, dtype=np.{_np_dtype(t.dtype)})")
-        elif not (own or split):
+        elif not (own or split or fresh):
             self.emit(1, f"{name}.fill(0)")
         if split:  # in parallel chunks of ZERO_CHUNK elements of the flat array (a fill call
             z, flat = self.names.fresh(f"{st.name}_z"), self.names.fresh(f"{st.name}_flat")

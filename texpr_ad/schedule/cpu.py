@@ -63,13 +63,13 @@ from ..te.ops import Op
 from ..te.printer import expr_str
 from ..te.reduce import sum as te_sum
 from ..te.simplify import simplify
-from ..te.tensor import compute, reduce_axis
+from ..te.tensor import Tensor, compute, reduce_axis
 from ..te.visit import bounds_depend_on_axes, children, substitute, walk
 from . import cpu_implicit, normalize
 from .contraction import Operand, Role, SumOfProduct, normal_form, product
 from .cpu_col2im import col2im_scatter
 from .checks import node_checks, plain
-from .cpu_invariants import hoist, workspace
+from .cpu_invariants import FRESH_BYTES, hoist, nbytes, workspace
 from .fuse import first_reduction, fuse
 from .reorder import collapse_rows, reorder_reductions, static_size, tighten
 from .fuse import stage_reads as _reads
@@ -117,7 +117,7 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
             st = cpu_strategies(st, ov) if isinstance(st, ComputeStage) else scatter_block(st)
         elif "parallel" not in ov:
             st = scatter_block(st)
-        stages.append(zeroing(st) if isinstance(st, ScatterStage) else st)
+        stages.append(zeroing(st, plan.outputs) if isinstance(st, ScatterStage) else st)
     stages, cropped = fold_crops(stages, overrides)
     stages, dropped = drop_unread(stages, plan)
     dropped = cropped + dropped
@@ -626,10 +626,13 @@ def row_folds(stages: list[Stage], nest: tuple[Node, ...]) -> list[Stage]:
     return [by[s.name] for s in stages]
 
 
-def zeroing(st: ScatterStage) -> ScatterStage:
-    """How a parallel scatter zeroes its target: each prange iteration its own slice where the
-    slices are whole sub-arrays that cover it (the parallel dim is not the last, its axis spans
-    it; pages are first touched by the thread that writes them), else in parallel chunks."""
+def zeroing(st: ScatterStage, outputs: tuple[Tensor, ...]) -> ScatterStage:
+    """How a scatter zeroes its target: an output of FRESH_BYTES or more is np.zeros from the
+    caller (untouched fresh pages cost nothing: an embedding gradient, 50000 x 256, 69 -> 10-19
+    ms); a parallel scatter in parallel, each prange iteration its own slice where the slices
+    are whole sub-arrays that cover it (first touched by their writer), else in chunks."""
+    if any(t is st.tensor for t in outputs) and nbytes(st.tensor, 0) >= FRESH_BYTES:
+        return _cpu(st, zero=Zeroing.FRESH)
     p, blocked = st.parallel_axis, st.cpu.block
     if p is None or not st.shape:
         return st

@@ -18,6 +18,13 @@ from .plan import ComputeStage, Stage
 from .plan import with_cpu as _cpu
 
 WORKSPACE_MIN_BYTES = 1 << 20  # intermediates this large are reused across calls (see step 10)
+FRESH_BYTES = 1 << 25  # glibc's largest mmap threshold: allocations this large map fresh pages
+
+
+def nbytes(t: Tensor, symbolic: int) -> int:
+    """The bytes of `t`, counting each symbolic dim as `symbolic` elements."""
+    size = np.dtype("bool" if t.dtype == "bool" else t.dtype).itemsize
+    return math.prod(int(s.value) if isinstance(s, Const) else symbolic for s in t.shape) * size
 
 
 def hoist(st: Stage, ov: Mapping[str, Any]) -> Stage:
@@ -74,9 +81,7 @@ def workspace(st: Stage, outputs: set[int], ov: Mapping[str, Any]) -> Stage:
     for t in ts:
         if t is None or id(t) in outputs or not t.shape:
             continue
-        size = np.dtype("bool" if t.dtype == "bool" else t.dtype).itemsize
-        if math.prod(int(s.value) if isinstance(s, Const) else WORKSPACE_MIN_BYTES
-                     for s in t.shape) * size >= WORKSPACE_MIN_BYTES:
+        if nbytes(t, WORKSPACE_MIN_BYTES) >= WORKSPACE_MIN_BYTES:
             found.append(t)
     return _cpu(st, workspace=tuple(found)) if found else st
 

@@ -208,6 +208,7 @@ class Zeroing(Kind):
     SERIAL = "serial"  # np.zeros (a workspace: fill(0)) before the loops; the others: ZEROING
     OWN_SLICES = "own slices"
     CHUNKS = "chunks"
+    FRESH = "fresh"
 
 
 class CudaStrategy(Kind):
@@ -411,6 +412,12 @@ class Plan:
         """The intermediates passed to the kernel as preallocated arrays, in argument order."""
         return tuple(t for s in self.stages for t in s.cpu.workspace)
 
+    @property
+    def zeroed(self) -> tuple[Tensor, ...]:
+        """The scatter targets passed in zeroed (`Zeroing.FRESH`), after the workspace."""
+        return tuple(s.tensor for s in self.stages
+                     if isinstance(s, ScatterStage) and s.cpu.zero is Zeroing.FRESH)
+
     def __str__(self) -> str:
         ins = ", ".join(f"{t.name}: {shape_str(t.shape)} {t.dtype}" for t in self.inputs)
         outs = ", ".join(t.name for t in self.outputs)
@@ -487,16 +494,20 @@ def _cpu_lines(c: CpuStagePlan) -> list[str]:
                    f" as a product with its reciprocal, computed once (within 1 ulp; scaled by "
                    f"a power of two when 1/d is not normal)")
     if c.zero is not Zeroing.SERIAL:
-        out.append(f"  zeroed: the target in parallel, {ZEROING[c.zero]}")
+        out.append(f"  zeroed: {ZEROING[c.zero]}")
     if c.workspace:
         out.append(f"  workspace: {', '.join(t.name for t in c.workspace)} (at least 1 MiB or "
                    f"sized at the call: allocated once per thread, reused by later calls)")
     return out
 
 
-ZEROING = {Zeroing.OWN_SLICES: "each prange iteration its own slice (whole sub-arrays; pages "
-                               "first touched by the thread that writes them)",
-           Zeroing.CHUNKS: "in chunks of the flat array (the slices are not whole sub-arrays)"}
+ZEROING = {Zeroing.OWN_SLICES: "the target in parallel, each prange iteration its own slice "
+                               "(whole sub-arrays; pages first touched by the thread that writes "
+                               "them)",
+           Zeroing.CHUNKS: "the target in parallel, in chunks of the flat array (the slices are "
+                           "not whole sub-arrays)",
+           Zeroing.FRESH: "np.zeros by the caller (32 MiB or more: fresh pages, which the OS "
+                          "zeroes when first touched; only those the updates touch are written)"}
 
 
 def _loops(s: ComputeStage) -> str:
