@@ -145,6 +145,7 @@ class TorchOp:
         self._second: dict[int, TorchOp] = {}  # inputs count -> the op of the vjp graph
         self._fast: dict[tuple, _Plan] = {}  # (shapes and dtypes, wrt) -> pullback's plan
         self._vmapped: dict[tuple, TorchOp] = {}  # (batched args, wrt) -> the batched op
+        self._counts: dict[tuple, int] = {}  # ranks -> outputs (recorded by `_forward_fake`)
         self.forward_op.register_vmap(self._forward_vmap)
         self.vjp_op.register_vmap(self._vjp_vmap)
 
@@ -165,10 +166,10 @@ class TorchOp:
         return outs[0] if n == 1 else tuple(outs[:n])  # then residuals
 
     def _n_out(self, xs: Sequence[torch.Tensor], wrt: Sequence[bool]) -> int:
-        """The number of outputs (the memoized pullback's, eagerly; the definition's while
-        torch.compile traces, where the memo's dict would be guarded on)."""
+        """The number of outputs (the memoized pullback's, eagerly; while torch.compile traces,
+        the count `_forward_fake`, run first, recorded: a guard on the core's shape memo fails)."""
         if torch.compiler.is_compiling():
-            return len(self.core.define(self._specs(xs))[1])
+            return self._counts[tuple([x.dim() for x in xs])]
         return len(self._pullback(xs, wrt).outputs)
 
     def _split(self, args: Sequence[Any]) -> tuple[list[torch.Tensor], list[bool]]:
@@ -362,6 +363,7 @@ class TorchOp:
     def _forward_fake(self, xs: list[torch.Tensor], wrt: list[bool]) -> list[torch.Tensor]:
         dev = self._device((), xs)  # a CPU tensor next to a meta one lands here: refuse it
         p = self._pullback(xs, wrt)
+        self._counts[tuple([x.dim() for x in xs])] = len(p.outputs)
         outs = p.outputs + p.extra  # shaped by the te shapes over the inputs' (Sym)Ints
         shapes = self.core.out_shapes(self._specs(xs), outs)
         return [torch.empty(s, dtype=_torch_dtype(o.dtype), device=dev)

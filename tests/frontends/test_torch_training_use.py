@@ -1,0 +1,43 @@
+"""A PyTorch user's training loop around texpr_ad.torch ops: chains of ops under torch.compile,
+outputs modified in place (`out += identity`), modules holding an op that are copied and saved.
+Each test failed before its fix (found by the torch-user pass)."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import texpr_ad.torch as tt  # noqa: E402
+from texpr_ad import te  # noqa: E402
+
+_ids = itertools.count()
+
+
+def _name(base: str) -> str:
+    return f"{base}_train_use_{next(_ids)}"
+
+
+def _linear(x, w, b):
+    n, k = x.shape
+    r = te.reduce_axis((0, k), name="r")
+    return te.compute((n, w.shape[0]), lambda i, j: te.sum(x[i, r] * w[j, r], axis=r) + b[j],
+                      name="y")
+
+
+def _tanh(x):
+    return te.compute(x.shape, lambda *i: te.tanh(x[i]), name="t")
+
+
+def test_chain_of_ops_under_torch_compile_recompiles_for_a_new_batch_size():
+    # before: the second size (automatic dynamic shapes) was Dynamo's AssertionError "Guard
+    # failed on the same frame it was created" (a guard on the second op's shape memo)
+    lin, th = tt.custom_op(_linear, name=_name("lin")), tt.custom_op(_tanh, name=_name("tanh"))
+    w, b = torch.randn(5, 4), torch.randn(5)
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: th(lin(x, w, b)), fullgraph=True, backend="aot_eager")
+    for n in (6, 9, 11):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(f(x), torch.tanh(x @ w.T + b))
+
