@@ -76,7 +76,7 @@ class Pullback:
         self.saved = [d.tensor for d in self.decisions if d.save]
         self.extra = [t for t in self.saved if all(t is not o for o in self.outputs)]
         results = self.outputs + self.extra  # the forward kernel's; each saved one's place in them
-        self._saved_at = [next(k for k, o in enumerate(results) if o is t) for t in self.saved]
+        self.saved_at = [next(k for k, o in enumerate(results) if o is t) for t in self.saved]
         self.slots = [te.placeholder(t.shape, t.dtype, name=f"saved_{t.name}") for t in self.saved]
         images = dict(zip(self.saved, self.slots, strict=True))
         for d in self.decisions:  # elementwise tensors rebuilt from saved ones (softmax's exp)
@@ -122,7 +122,7 @@ class Pullback:
 
     def reads(self, arrays: Sequence[Any], results: Sequence[Any]) -> list[Any]:
         """The backward kernel's arrays before the cotangents, of a forward call's `results`."""
-        return [arrays[k] for k in self.input_positions] + [results[k] for k in self._saved_at]
+        return [arrays[k] for k in self.input_positions] + [results[k] for k in self.saved_at]
 
     def spread(self, grads: Sequence[Any]) -> tuple[Any | None, ...]:
         """The backward kernel's results as one entry per input (None: not derived)."""

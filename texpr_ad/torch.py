@@ -227,7 +227,7 @@ class TorchOp:
         ctx.n_in, ctx.n_out, ctx.wrt = len(xs), self._n_out(xs, wrt), wrt
         ints = [y for y in ys[: ctx.n_out] if not _is_float(y)]  # integer outputs: no gradient
         ctx.mark_non_differentiable(*ys[ctx.n_out:], *ints)
-        ctx.save_for_backward(*xs, *ys)
+        ctx.save_for_backward(*xs, *_stand_ins(ys, self._plan(xs, wrt).unread))
 
     def _backward(self, ctx: Any, gs: Sequence[torch.Tensor | None]) -> tuple:
         """One gradient per input flagged in the forward's `wrt`, None for the others."""
@@ -390,8 +390,7 @@ class TorchOp:
         heads = [_host(g) for g in gs]
         if any(g.shape != y.shape or g.dtype != y.dtype for g, y in zip(gs, ys)):  # else as is
             heads = self.core._heads(heads, p.outputs, shape_env(p.inputs, [x.shape for x in xs]))
-        grads = plan.gradients(plan.p.reads([_host(x) for x in xs], [_host(y) for y in ys]),
-                               list(heads), xs, wrt)
+        grads = plan.gradients([_host(t) for t in plan.p.reads(xs, ys)], list(heads), xs, wrt)
         return [g for g, w in zip(grads, wrt) if w]
 
     # -- CUDA (untested without a GPU) ------------------------------------------------------
@@ -461,7 +460,7 @@ class _Eager(torch.autograd.Function):
         ctx.reads = plan.p.reads(arrays, res) if all(x.is_contiguous() for x in xs) else None
         if plan.fixed:
             ctx.mark_non_differentiable(*[outs[k] for k in plan.fixed])
-        ctx.save_for_backward(*xs, *outs)
+        ctx.save_for_backward(*xs, *_stand_ins(outs, plan.unread))
         return tuple(outs)
 
     @staticmethod
@@ -477,7 +476,7 @@ class _Eager(torch.autograd.Function):
             grads = ctx.op._backward(ctx, gs)
             return (None, None, None, *(grads[:-1] if ctx.op._names else grads[0]))
         if reads is None:
-            reads = plan.p.reads([_host(x) for x in saved[:n]], [_host(y) for y in saved[n:]])
+            reads = [_host(t) for t in plan.p.reads(saved[:n], saved[n:])]
         return (None, None, None, *plan.gradients(reads, [_host(g) for g in gs], saved[:n],
                                                   ctx.wrt, bound=True))
 
@@ -496,6 +495,7 @@ class _Plan:
         self.p, self.n_out = p, len(p.outputs)
         outs = p.outputs + p.extra
         self.fixed = [k for k, t in enumerate(outs) if k >= self.n_out or t.dtype[0] != "f"]
+        self.unread = [k for k in range(self.n_out) if k not in p.saved_at]  # by the backward
         self._fwd: Any = None
         self._bwd: Any = None
 
@@ -518,6 +518,12 @@ class _Plan:
         got = self.p.spread(kern(*reads, *heads) if kern is not None else ())
         return [None if not w else torch.zeros_like(x) if g is None else torch.from_numpy(g)
                 for g, x, w in zip(got, xs, wrt, strict=True)]
+
+
+def _stand_ins(ys: Sequence[torch.Tensor], unread: Sequence[int]) -> list[torch.Tensor]:
+    """The forward's results as autograd saves them: an output the backward does not read is
+    zeros of its shape (stride 0), so `out += x` after the op is no error, as for torch's ops."""
+    return [y.new_zeros(()).expand(y.shape) if k in unread else y for k, y in enumerate(ys)]
 
 
 def _plain_eager(ts: Sequence[torch.Tensor]) -> bool:

@@ -3,6 +3,7 @@ outputs modified in place (`out += identity`), modules holding an op that are co
 Each test failed before its fix (found by the torch-user pass)."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import pytest
@@ -41,3 +42,28 @@ def test_chain_of_ops_under_torch_compile_recompiles_for_a_new_batch_size():
         x = torch.randn(n, 4)
         torch.testing.assert_close(f(x), torch.tanh(x @ w.T + b))
 
+
+class _Observed(torch.overrides.TorchFunctionMode):
+    """A mode that passes every call on: the op then goes through the dispatcher."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("observed", [False, True], ids=["fast_path", "dispatcher"])
+def test_output_the_backward_does_not_read_may_be_changed_in_place(observed):
+    # before: `out += identity` (a residual block) was autograd's "one of the variables needed
+    # for gradient computation has been modified by an inplace operation": every output was
+    # saved, though a linear layer's backward reads x and w only (torch's linear allows it)
+    lin = tt.custom_op(_linear, name=_name("lin"))
+    x, w, b = (torch.randn(*s, dtype=torch.float64, requires_grad=True)
+               for s in ((6, 4), (4, 4), (4,)))
+    grads = []
+    for f in (lin, torch.nn.functional.linear):
+        with _Observed() if observed and f is lin else contextlib.nullcontext():
+            out = f(x, w, b)
+            out += x
+            out.relu_()
+        grads.append(torch.autograd.grad((out ** 2).sum(), [x, w, b]))
+    for got, want in zip(*grads):
+        torch.testing.assert_close(got, want)
