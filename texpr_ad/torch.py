@@ -66,6 +66,7 @@ from texpr_ad.te.tensor import Tensor
 
 _NP = {getattr(torch, n): np.dtype(n) for n in KERNEL_DTYPES}  # the dtypes the kernels take
 _REGISTERED: set[str] = set()  # qualified names registered by this module
+_OPS: dict[str, TorchOp] = {}  # qualified name -> its op (what unpickling an op looks up)
 _CPU = torch.device("cpu")
 
 
@@ -148,6 +149,12 @@ class TorchOp:
         self._counts: dict[tuple, int] = {}  # ranks -> outputs (recorded by `_forward_fake`)
         self.forward_op.register_vmap(self._forward_vmap)
         self.vjp_op.register_vmap(self._vjp_vmap)
+        _OPS[self.qualname] = self
+
+    def __reduce__(self) -> tuple:
+        """Pickled by name (torch.save of a module holding the op, copy.deepcopy, spawned
+        workers): loading gives the op of that name defined in the loading process."""
+        return _registered_op, (self.qualname,)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         op_arguments(self.name, args, kwargs, self._arg_names, _takes,
@@ -524,6 +531,14 @@ def _stand_ins(ys: Sequence[torch.Tensor], unread: Sequence[int]) -> list[torch.
     """The forward's results as autograd saves them: an output the backward does not read is
     zeros of its shape (stride 0), so `out += x` after the op is no error, as for torch's ops."""
     return [y.new_zeros(()).expand(y.shape) if k in unread else y for k, y in enumerate(ys)]
+
+
+def _registered_op(qualname: str) -> TorchOp:
+    """The op `qualname` of this process (unpickling a TorchOp), or a TorchOpError."""
+    if qualname not in _OPS:
+        raise TorchOpError(f"cannot load the texpr_ad op {qualname!r}: it is not defined in this "
+                           f"process; import the module that defines it (custom_op) first")
+    return _OPS[qualname]
 
 
 def _plain_eager(ts: Sequence[torch.Tensor]) -> bool:

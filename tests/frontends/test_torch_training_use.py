@@ -67,3 +67,36 @@ def test_output_the_backward_does_not_read_may_be_changed_in_place(observed):
         grads.append(torch.autograd.grad((out ** 2).sum(), [x, w, b]))
     for got, want in zip(*grads):
         torch.testing.assert_close(got, want)
+
+
+class _Holder(torch.nn.Module):
+    """A module keeping its op as an attribute (`self.op = ...`)."""
+
+    def __init__(self, op):
+        super().__init__()
+        self.op, self.w, self.b = op, torch.nn.Parameter(torch.randn(3, 4)), torch.nn.Parameter(
+            torch.zeros(3))
+
+    def forward(self, x):
+        return self.op(x, self.w, self.b)
+
+
+def test_module_holding_an_op_deepcopies_and_saves(monkeypatch):
+    # before: copy.deepcopy(model) (an EMA or teacher copy) and torch.save(model) were
+    # "TypeError: cannot pickle '_thread._local' object" (the torch.library op handles)
+    import copy
+    import io
+    import pickle
+
+    model, x = _Holder(tt.custom_op(_linear, name=_name("lin"))), torch.randn(2, 4)
+    twin = copy.deepcopy(model)
+    assert twin.op is model.op and twin.w is not model.w
+    torch.testing.assert_close(twin(x), model(x))
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    torch.testing.assert_close(torch.load(buf, weights_only=False)(x), model(x))
+    data = pickle.dumps(model.op)  # a process where the op is not defined: say what to import
+    monkeypatch.delitem(tt._OPS, model.op.qualname)
+    with pytest.raises(tt.TorchOpError, match=f"{model.op.qualname}.*import the module"):
+        pickle.loads(data)
