@@ -168,6 +168,10 @@ class TorchOp:
             outs = _eager(self, plan, wrt, *xs) if any(wrt) else plan.forward(xs)
             n = plan.n_out
         else:
+            if torch._C._get_tracing_state():
+                raise TorchOpError(f"{self.name}: torch.jit.trace cannot record a texpr_ad op (its "
+                                   f"bool[] argument is not traceable, and a trace would fix which "
+                                   f"inputs get gradients); use torch.compile or torch.export")
             outs = self.forward_op(*xs, wrt) if self._names else self.forward_op(xs, wrt)
             n = self._n_out(xs, wrt)
         return outs[0] if n == 1 else tuple(outs[:n])  # then residuals

@@ -100,3 +100,11 @@ def test_module_holding_an_op_deepcopies_and_saves(monkeypatch):
     monkeypatch.delitem(tt._OPS, model.op.qualname)
     with pytest.raises(tt.TorchOpError, match=f"{model.op.qualname}.*import the module"):
         pickle.loads(data)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit.trace is deprecated
+def test_torch_jit_trace_is_refused_naming_what_works():
+    # before: PyTorch's "RuntimeError: Tracing a list of bool type is currently not supported!"
+    th = tt.custom_op(_tanh, name=_name("tanh"))
+    with pytest.raises(tt.TorchOpError, match="torch.jit.trace.*torch.compile or torch.export"):
+        torch.jit.trace(lambda x: th(x) * 2, (torch.randn(3),))
