@@ -68,6 +68,7 @@ _NP = {getattr(torch, n): np.dtype(n) for n in KERNEL_DTYPES}  # the dtypes the 
 _REGISTERED: set[str] = set()  # qualified names registered by this module
 _OPS: dict[str, TorchOp] = {}  # qualified name -> its op (what unpickling an op looks up)
 _CPU = torch.device("cpu")
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # a Parameter disables torch function: plain
 
 
 class TorchOpError(TexprError, ValueError):
@@ -547,16 +548,16 @@ def _registered_op(qualname: str) -> TorchOp:
 
 def _plain_eager(ts: Sequence[torch.Tensor]) -> bool:
     """Whether a call may skip the dispatcher (the per-call fast path): eager, CPU tensors of
-    the plain class (no FakeTensor, no functorch wrapper or transform), no torch function or
-    dispatch mode, not tracing (torch.compile, torch.jit.trace), no profiler -- nothing would
-    see the op."""
+    the plain class or nn.Parameter (no FakeTensor, no functorch wrapper or transform), no torch
+    function or dispatch mode, not tracing (torch.compile, torch.jit.trace), no profiler --
+    nothing would see the op."""
     return (not torch.compiler.is_compiling()  # first: torch.compile folds it, reads no more
             and not torch._C._len_torch_dispatch_stack()
             and not torch._C._autograd._profiler_enabled()
             and not torch._C._is_torch_function_mode_enabled()
             and not torch._C._get_tracing_state()
             and torch._C._functorch.peek_interpreter_stack() is None  # no vmap/grad transform
-            and all(type(t) is torch.Tensor and t.is_cpu
+            and all(type(t) in _PLAIN and t.is_cpu
                     and not torch._C._functorch.is_functorch_wrapped_tensor(t) for t in ts))
 
 

@@ -108,3 +108,18 @@ def test_torch_jit_trace_is_refused_naming_what_works():
     th = tt.custom_op(_tanh, name=_name("tanh"))
     with pytest.raises(tt.TorchOpError, match="torch.jit.trace.*torch.compile or torch.export"):
         torch.jit.trace(lambda x: th(x) * 2, (torch.randn(3),))
+
+
+def test_parameters_take_the_fast_path():
+    # before: an nn.Parameter (the usual weight) is not of type torch.Tensor, so every training
+    # call went through the dispatcher (about 1.6x the time of a step, measured on a linear op)
+    lin = tt.custom_op(_linear, name=_name("lin"))
+    x, w, b = torch.randn(6, 4), torch.nn.Parameter(torch.randn(3, 4)), torch.nn.Parameter(
+        torch.zeros(3))
+    y = lin(x, w, b)
+    assert type(y.grad_fn).__name__ == "_EagerBackward"
+    (y ** 2).sum().backward()
+    w2, b2 = w.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    (torch.nn.functional.linear(x, w2, b2) ** 2).sum().backward()
+    torch.testing.assert_close(w.grad, w2.grad)
+    torch.testing.assert_close(b.grad, b2.grad)
