@@ -5,7 +5,9 @@ loop with a call in it is never vectorized: the llvmlite wheels carry no SVML.
 Softmax, sigmoid, tanh and every loss spend most of their time there.  XLA's CPU
 backend meets the same problem by emitting its own polynomial; so do these:
 branch-free, only arithmetic, `floor`, comparisons and one integer bitcast, which
-LLVM's loop vectorizer turns into SIMD code once they are inlined into a kernel.
+LLVM's loop vectorizer turns into SIMD code once they are inlined into a kernel.  The
+polynomials and range reductions are fused multiply-adds (`_fma`): a quarter fewer
+instructions in exp and tanh, and one rounding per step instead of two.
 
 exp_f32: Cody-Waite range reduction x = n ln2 + r (|r| <= ln2/2, ln2 split in
 two so n ln2 is exact), a degree-6 polynomial for exp(r) (the Cephes `expf`
@@ -57,6 +59,31 @@ def _pow2(typingctx, n):
     return types.float32(types.float32), codegen
 
 
+@intrinsic
+def _fma(typingctx, a, b, c):
+    """a * b + c as llvm.fmuladd: one fused multiply-add where the CPU has one (x86-64 since
+    Haswell and Zen, every ARMv8), rounded once; Numba does not contract `a * b + c` itself."""
+    if not (isinstance(a, types.Float) and a == b == c):
+        return None
+
+    def codegen(context, builder, sig, args):
+        from llvmlite import ir
+        t = args[0].type
+        return builder.call(builder.module.declare_intrinsic(
+            "llvm.fmuladd", [t], ir.FunctionType(t, [t] * 3)), args)
+
+    return a(a, a, a), codegen
+
+
+@njit(inline="always")
+def _poly(cs: tuple, x: float) -> float:
+    """The polynomial with coefficients `cs` (highest power first) at x, by Horner's rule."""
+    p = cs[0]
+    for c in cs[1:]:
+        p = _fma(p, x, c)
+    return p
+
+
 _LOG2E = _F(1.4426950408889634)
 _LN2_HI = _F(0.693359375)        # exact in 9 bits: n * _LN2_HI has no rounding for |n| < 2^15
 _LN2_LO = _F(-2.12194440e-4)     # ln 2 - _LN2_HI
@@ -71,15 +98,9 @@ def exp_f32(x: float) -> float:
     """e**x for float32 x, vectorizable (see the module docstring)."""
     xc = _X_HI if x > _X_HI else x
     xc = _X_LO if xc < _X_LO else xc
-    n = np.floor(xc * _LOG2E + _HALF)
-    r = (xc - n * _LN2_HI) - n * _LN2_LO
-    p = _EXP_P[0]
-    p = p * r + _EXP_P[1]
-    p = p * r + _EXP_P[2]
-    p = p * r + _EXP_P[3]
-    p = p * r + _EXP_P[4]
-    p = p * r + _EXP_P[5]
-    p = p * (r * r) + r + _ONE
+    n = np.floor(_fma(xc, _LOG2E, _HALF))
+    r = _fma(-n, _LN2_LO, _fma(-n, _LN2_HI, xc))
+    p = _fma(_poly(_EXP_P, r), r * r, r + _ONE)
     n1 = np.floor(n * _HALF)  # 2^n = 2^n1 * 2^(n - n1): both halves stay normal
     y = p * _pow2(n1) * _pow2(n - n1)
     return y if x == x else x
@@ -99,16 +120,7 @@ _TANH_Q = tuple(_F(c) for c in (1.19825839466702e-06, 1.18534705686654e-04, 2.26
 def tanh_f32(x: float) -> float:
     """tanh(x) for float32 x, vectorizable (see the module docstring)."""
     x2 = x * x  # the rational form only counts where |x| < 0.625
-    p = _TANH_P[0] * x2 + _TANH_P[1]
-    p = p * x2 + _TANH_P[2]
-    p = p * x2 + _TANH_P[3]
-    p = p * x2 + _TANH_P[4]
-    p = p * x2 + _TANH_P[5]
-    p = p * x2 + _TANH_P[6]
-    q = _TANH_Q[0] * x2 + _TANH_Q[1]
-    q = q * x2 + _TANH_Q[2]
-    q = q * x2 + _TANH_Q[3]
-    y = x * p / q
+    y = x * _poly(_TANH_P, x2) / _poly(_TANH_Q, x2)
     e = exp_f32(_TWO * abs(x))  # 1 - 2 / (e^2|x| + 1): no cancellation once |tanh| > 1/2
     z = _ONE - _TWO / (e + _ONE)
     z = z if x > 0 else -z
@@ -153,10 +165,7 @@ def log_f32(x: float) -> float:
     t = (m + m if lo else m) - _ONE
     e = e - _ONE if lo else e
     z = t * t
-    p = _LOG_P[0]
-    for c in _LOG_P[1:]:
-        p = p * t + c
-    y = t * z * p + e * _LN2_LO - _HALF * z
+    y = t * z * _poly(_LOG_P, t) + e * _LN2_LO - _HALF * z
     y = (t + y) + e * _LN2_HI
     y = y if x < _INF else x  # inf and NaN stay
     y = -_INF if x == 0 else y
@@ -189,13 +198,7 @@ def erf_f32(x: float) -> float:
     xc = -_ERF_MAX if xc < -_ERF_MAX else xc
     xd = np.float64(xc)
     x2 = xd * xd
-    p = _ERF_P[0]
-    for c in _ERF_P[1:]:
-        p = p * x2 + c
-    q = _ERF_Q[0]
-    for c in _ERF_Q[1:]:
-        q = q * x2 + c
-    y = np.float32(xd * (p / q))
+    y = np.float32(xd * (_poly(_ERF_P, x2) / _poly(_ERF_Q, x2)))
     y = _ONE if y > _ONE else y
     y = -_ONE if y < -_ONE else y
     return y if x == x else x
