@@ -18,7 +18,7 @@ BUDGET = {
     "te": 2800,
     "deriv": 1750,
     "ops": 2700,
-    "schedule": 3610,
+    "schedule": 3619,
     "kernels": 3464,
     "relax_bridge": 3276,
     "report": 1450,

@@ -224,3 +224,22 @@ def test_elementwise_short_rows_write_and_read_through_views():
     np.testing.assert_array_equal(got, xs * np.float32(2.0) + ss[:, None, None])
     (got,) = ta.build([z], [x, wv])(xs, ws)
     np.testing.assert_array_equal(got, xs * ws)
+
+
+def test_lanes_are_decided_on_the_collapsed_reduction_loop():
+    """A squeeze-excite's mean over 28 x 28: each row of 28 is too short for SIMD lanes, the
+    collapsed loop of 784 is not, so the stage accumulates in lanes (vecmath's radd) after
+    collapse_rows merged the rows; the sum stays within float32 rounding of NumPy's."""
+    x = te.placeholder((4, 16, 28, 28), "float32", name="x")
+    rh, rw = te.reduce_axis((0, 28), "rh"), te.reduce_axis((0, 28), "rw")
+    s = te.compute((4, 16), lambda b, f: te.sum(x[b, f, rh, rw], axis=[rh, rw]) / 784.0,
+                   name="squeeze")
+    k = ta.build([s], [x])
+    assert _axes(k.plan, "squeeze_red1") == ["rh_rw"], str(k.plan)
+    assert k.plan.stage("squeeze_red1").cpu.lanes > 1, str(k.plan)
+    assert "radd(" in k.source, k.source
+    xs = np.random.default_rng(11).standard_normal((4, 16, 28, 28)).astype("f4")
+    (got,) = k(xs)
+    np.testing.assert_allclose(got, xs.astype(np.float64).mean((2, 3)), rtol=1e-5, atol=1e-6)
+    y = te.compute((4, 16), lambda b, f: te.sum(x[b, f, rh, 27 - rw], axis=[rh, rw]), name="y")
+    assert ta.build([y], [x]).plan.stage("y").cpu.lanes == 1  # rows stay apart: short, no lanes
