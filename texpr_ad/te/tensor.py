@@ -293,8 +293,8 @@ def compute(shape: Any, fcompute: Callable[..., Any], name: str = "compute", tag
     if not bodies:
         raise TensorError(f"compute {name!r}: the lambda returned no expression")
     _check_definition(bodies, name)
+    _check_reads(bodies, name)  # before splitting: a lifted reduction's reads are in no later body
     bodies = tuple(_split_nested(b, name, k, axes) for k, b in enumerate(bodies))
-    _check_reads(bodies, name)
     op = ComputeOp(name, axes, bodies, tag, dict(attrs or {}))
     outs = [Tensor(op, k, shp, b.dtype) for k, b in enumerate(bodies)]
     return outs if multi else outs[0]
