@@ -20,7 +20,7 @@ BUDGET = {
     "ops": 2700,
     "schedule": 3619,
     "kernels": 3464,
-    "relax_bridge": 3276,
+    "relax_bridge": 3346,
     "report": 1450,
     "testing": 500,
 }

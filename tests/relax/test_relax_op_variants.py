@@ -30,6 +30,12 @@ CASES: dict[str, Sample] = {
                                                           "pad_mode": "reflect"}),
     "relax.nn.pad[edge]": _s("nn.pad", f(2, 4), attrs={"pad_width": [1, 1, 2, 1],
                                                        "pad_mode": "edge"}),
+    # grid points outside [-1, 1] reflect; the derived grid gradient reuses the reflected
+    # coordinates in every term: ~186,000 characters of TIR that create_prim_func had not
+    # lowered after 100 s, until to_tvm.hoist_shared gave shared subexpressions stages
+    "relax.image.grid_sample[reflection]": _s(
+        "image.grid_sample", f(1, 2, 4, 4), f(1, 3, 3, 2, lo=-1.6, hi=1.6),
+        attrs={"padding_mode": "reflection"}),
 }
 
 

@@ -32,11 +32,15 @@ Semantic points the translation takes care of (expressions: `tvm_expr`):
   `2*(h // 2) + (h - 2*(h // 2))`.
 * Translation is iterative (an explicit stack over stages and over expression nodes), so deep
   graphs and deeply nested bodies do not meet Python's recursion limit.
+* TVM's passes walk a PrimExpr as a tree, so in a stage larger than SHARE_MIN tree nodes each
+  repeated subexpression gets a stage of its own (`hoist_shared`; a `tirx.Let` does not help:
+  TVM's analyzer substitutes its value back).
 """
 from __future__ import annotations
 
 import functools
 import operator
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -44,14 +48,15 @@ import numpy as np
 
 from ..kernels.kernel import KernelArgumentError
 from ..te.bounds import ENUMERATE_MAX, Verdict, dead, dim_verdict, facts, int_eval, \
-    unproven_dims
+    read_verdicts, unproven_dims
 from ..te.dag import topo_order
-from ..te.expr import Call, CommReducer, Const, Expr, IterVar, Read, Reduce, Var
+from ..te.expr import Call, CommReducer, Const, Expr, IterVar, Read, Reduce, Var, is_zero
 from ..te.intervals import interval
 from ..te.printer import expr_str
 from ..te.simplify import simplify
-from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
-from ..te.visit import walk
+from ..te.ops import Op
+from ..te.tensor import ComputeOp, PlaceholderOp, ScatterOp, ScatterUpdate, Tensor
+from ..te.visit import children, fold, free_vars, rebuild, substitute, walk
 from .args import as_list, is_te_tensor
 from .tvm_expr import INDEX64, ExprTranslator, TranslationError, checked_index, checks_on, \
     fit, load_tvm, tvm_index
@@ -297,6 +302,81 @@ def _scatter_site(op: ScatterOp, d: int, index: Expr) -> str:
             f"index `{expr_str(index)}`")
 
 
+# -- shared subexpressions as stages ------------------------------------------------------
+
+SHARE_MIN = 2000  # tree nodes of a stage's expressions; smaller stages are translated as they are
+
+
+def hoist_shared(op: ComputeOp | ScatterOp) -> tuple[ComputeOp | ScatterOp, list[Tensor]]:
+    """`(op', stages)`: `op` reading, in place of each non-leaf subexpression it uses twice or
+    more, a stage computing it over the axes it uses (0-based, as `te.compute` lifts a nested
+    reduction), when `op`'s expressions written out as trees exceed SHARE_MIN nodes; `stages`
+    come producers first.  Only what `eager_ok` allows over axes with static bounds moves: a
+    stage computes its whole box, guards and reduction conditions included."""
+    exprs = op.body if isinstance(op, ComputeOp) else op.exprs
+    top = object()  # above every expression, so that one walk spans them all
+
+    def kids(x: Any) -> tuple[Expr, ...]:
+        return exprs if x is top else children(x)
+    order: list[Any] = []  # producers first, `top` last
+
+    def size(x: Any, ns: list[int]) -> int:
+        order.append(x)
+        return 1 + sum(ns)
+    if fold(top, kids, size, key=_same) <= SHARE_MIN + 1:
+        return op, []
+    uses = Counter(k for x in order for k in kids(x))  # structurally equal nodes are one
+    ok: dict[Any, bool] = {}
+    for x in order[:-1]:
+        ok[x] = eager_ok(x, [ok[k] for k in kids(x)])
+    rank = {a: d for d, a in enumerate(op.axis)}
+    stages: list[Tensor] = []
+
+    def image(x: Any, new: list[Any]) -> Any:
+        if x is top:
+            return new
+        y = rebuild(x, tuple(new))
+        if not (uses[x] > 1 and isinstance(x, Call) and ok[x]):
+            return y
+        axes = sorted((v for v in free_vars(y) if isinstance(v, IterVar)),
+                      key=lambda v: rank.get(v, len(rank)))
+        if any(isinstance(w, IterVar) for v in axes for w in (*walk(v.lo), *walk(v.extent))):
+            return y  # a dependent range: no box to compute over
+        new_axes = tuple(IterVar(v.name, Const(0, v.dtype), v.extent, "data") for v in axes)
+        body = substitute(y, {v: a if is_zero(v.lo) else a + v.lo
+                              for v, a in zip(axes, new_axes, strict=True)})
+        stage = ComputeOp(f"{op.name}_cse{len(stages)}", new_axes, (body,))
+        stages.append(Tensor(stage, 0, tuple(a.extent for a in new_axes), y.dtype))
+        return Read(stages[-1], tuple(v if is_zero(v.lo) else v - v.lo for v in axes), y.dtype)
+    out = fold(top, kids, image, key=_same)
+    if isinstance(op, ComputeOp):
+        return ComputeOp(op.name, op.axis, tuple(out), op.tag, op.attrs), stages
+    it = iter(out)
+    ups = [ScatterUpdate(tuple(next(it) for _ in u.index), next(it), next(it)) for u in op.updates]
+    return ScatterOp.of(op.name, op.shape, op.dtype, op.axis, ups), stages
+
+
+def _same(x: Any) -> Any:
+    return x  # a node is its own key: Exprs compare structurally (hash cached)
+
+
+def eager_ok(e: Expr, safe: list[bool]) -> bool:
+    """Whether `e` may be evaluated where its guards fail (`safe`: whether its operands may):
+    no reduction, no read te.bounds cannot prove in bounds without facts, and no integer
+    division by anything but a nonzero constant (LLVM traps on 0)."""
+    match e:
+        case Reduce():
+            return False
+        case Read():
+            ok = all(v is Verdict.PROVEN for v in read_verdicts(e))
+        case Call(op=Op.DIV | Op.FLOORDIV | Op.FLOORMOD, args=(_, d)) if d.dtype.startswith(
+                ("int", "uint")):
+            ok = isinstance(d, Const) and d.value != 0
+        case _:
+            ok = True
+    return ok and all(safe)
+
+
 # -- public entry points --------------------------------------------------------------
 
 def symbolic_vars(tensors: Sequence[Tensor]) -> list[Var]:
@@ -347,10 +427,12 @@ def translate(outputs: Sequence[Tensor], bind: Mapping[Tensor, Any] | None = Non
             case PlaceholderOp(name=name):
                 dag.stages[id(t.op)] = [tvm.te.placeholder(
                     dag.translator({}, name).shape(t.shape), t.dtype, name=name)]
-            case ComputeOp():
-                dag.stages[id(t.op)] = _compute(t.op, dag)
-            case ScatterOp():
-                dag.stages[id(t.op)] = [_scatter(t.op, dag)]
+            case ComputeOp() | ScatterOp():
+                op, shared = hoist_shared(t.op)
+                for s in shared:
+                    dag.stages[id(s.op)] = _compute(s.op, dag)  # type: ignore[arg-type]
+                dag.stages[id(t.op)] = _compute(op, dag) if isinstance(op, ComputeOp) else \
+                    [_scatter(op, dag)]
     return [dag.tensor(t) for t in outputs]
 
 
