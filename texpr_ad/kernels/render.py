@@ -15,7 +15,7 @@ import keyword
 import math
 import re
 from abc import ABC, abstractmethod
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Collection, Iterator, Sequence
 
 import numpy as np
 
@@ -242,23 +242,56 @@ class RenderPass:
         """`e` as source.  Iterative over the expression DAG; a subexpression that would nest
         deeper than `NEST_LIMIT` or that repeats with more than `SHARE_MIN` characters or a
         math call (`COSTLY`) is bound to a local first (`pending`, written before the next emitted statement), where it is
-        evaluated on every path (not in a select branch or the right side of `and`/`or`)."""
+        evaluated on every path (not in a select branch or the right side of `and`/`or`).  A
+        select on every path whose branch binds locals of its own is an `if`/`else` statement
+        (`_select`): a branch's locals are evaluated only where it is taken."""
+        return self._expr(e, env)[0]
+
+    def _expr(self, e: Expr, env: dict[Expr, str]) -> tuple[str, int, bool, bool]:
+        """`e`'s source, nesting depth, whether it reads a tensor, whether it holds a math call."""
         strict, uses = _occurrences(e, env, self.recip)
+        blocks = {x for x in strict if isinstance(x, Call) and x.op is Op.SELECT and x not in env}
         text: dict[Expr, str] = {}
         nest: dict[Expr, int] = {}
         has_read: dict[Expr, bool] = {}
         costly: dict[Expr, bool] = {}
-        for x in _postorder(e, env, self.recip):
-            s, n = self._node(x, env, text, nest, has_read)
-            costly[x] = isinstance(x, Call) and (x.op in COSTLY or any(
-                costly.get(c, False) for c in x.args))
+        bound = dict(env)  # and the locals bound so far, which a select's branches may use
+        for x in _postorder(e, env, self.recip, blocks):
+            if isinstance(x, Call) and x in blocks:
+                s, n = self._select(x, bound, text, nest, has_read, costly)
+                if not n:  # an `if` statement bound its value
+                    bound[x] = s
+            else:
+                s, n = self._node(x, env, text, nest, has_read)
+                costly[x] = isinstance(x, Call) and (x.op in COSTLY or any(
+                    costly.get(c, False) for c in x.args))
             if (n > NEST_LIMIT or (uses.get(x, 0) > 1 and (len(s) > SHARE_MIN or costly[x]))) \
-                    and x in strict and isinstance(x, (Call, Read)) and x not in env:
-                name = self.names.fresh(f"{self.scope or 'v'}_t")
+                    and x in strict and isinstance(x, (Call, Read)) and x not in env and n:
+                name = bound[x] = self.names.fresh(f"{self.scope or 'v'}_t")
                 self.pending.append(f"{name} = {top(s)}")
                 s, n = name, 0
             text[x], nest[x] = s, n
-        return text[e]
+        return text[e], nest[e], has_read[e], costly[e]
+
+    def _select(self, x: Call, env: dict[Expr, str], text: dict[Expr, str], nest: dict[Expr, int],
+                has_read: dict[Expr, bool], costly: dict[Expr, bool]) -> tuple[str, int]:
+        """Select `x` (on every path): each branch rendered with its own locals (`expr`), which
+        the statement `if c: <locals>; v = a else: <locals>; v = b` keeps under the guard, so
+        a read that the condition keeps in bounds is still read only there.  Inline (`a if c
+        else b`) where neither branch binds one."""
+        outer, arms = self.pending, []
+        for b in x.args[1:]:
+            self.pending = []
+            arms.append((*self._expr(b, env), self.pending))
+        self.pending, c = outer, x.args[0]
+        (sa, na, ra, ca, la), (sb, nb, rb, cb, lb) = arms
+        has_read[x], costly[x] = has_read[c] or ra or rb, costly[c] or ca or cb
+        if not (la or lb):
+            return self.r.rules[Op.SELECT](x, [text[c], sa, sb]), 1 + max(nest[c], na, nb)
+        v = self.names.fresh(f"{self.scope or 'v'}_t")
+        self.pending += [f"if {top(text[c])}:", *("    " + t for t in la), f"    {v} = {top(sa)}",
+                         "else:", *("    " + t for t in lb), f"    {v} = {top(sb)}"]
+        return v, 0
 
     def _node(self, x: Expr, env: dict[Expr, str], text: dict[Expr, str], nest: dict[Expr, int],
               has_read: dict[Expr, bool]) -> tuple[str, int]:
@@ -481,8 +514,10 @@ def _render_children(x: Expr, env: dict[Expr, str], recip: dict[Expr, str]) -> t
     return children(x)
 
 
-def _postorder(e: Expr, env: dict[Expr, str], recip: dict[Expr, str]) -> Iterator[Expr]:
-    """Distinct nodes (structurally) of the rendered tree of `e`, children first."""
+def _postorder(e: Expr, env: dict[Expr, str], recip: dict[Expr, str],
+               blocks: Collection[Expr] = ()) -> Iterator[Expr]:
+    """Distinct nodes (structurally) of the rendered tree of `e`, children first; of a select in
+    `blocks`, only the condition (its branches are rendered apart)."""
     done: set[Expr] = set()
     stack: list[tuple[Expr, bool]] = [(e, False)]
     while stack:
@@ -494,7 +529,8 @@ def _postorder(e: Expr, env: dict[Expr, str], recip: dict[Expr, str]) -> Iterato
             yield x
             continue
         stack.append((x, True))
-        stack.extend((c, False) for c in reversed(_render_children(x, env, recip)) if c not in done)
+        kids = _render_children(x, env, recip)[:1] if x in blocks else _render_children(x, env, recip)
+        stack.extend((c, False) for c in reversed(kids) if c not in done)
 
 
 def _occurrences(e: Expr, env: dict[Expr, str], recip: dict[Expr, str]
