@@ -113,6 +113,10 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
                 if col is not None:
                     pre = (cpu_strategies(col, {}),)
                     st = (not ov and col2im_scatter(st, pre[0].tensors[0])) or st
+            if not pre and not ov and isinstance(st, ComputeStage) and st.cpu.contraction is None:
+                pads, st = cpu_implicit.pad_windows(st)
+                pre = tuple(_pre_stage(t, f"a zero-padded copy read by stage {st.name}")
+                            for t in pads)
             stages.extend(_cpu(c) for c in pre)
             st = cpu_strategies(st, ov) if isinstance(st, ComputeStage) else scatter_block(st)
         elif "parallel" not in ov:
