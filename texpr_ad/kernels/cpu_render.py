@@ -113,8 +113,8 @@ class CPURender(CPUFold):
         self.recip = {}
         cpu = st.cpu
         self.hoist_values(depth, st, env)
-        split, lanes = cpu.split, cpu.lanes
-        for a in serial:
+        split, lanes, ranges = cpu.split, cpu.lanes, cpu.ranges
+        for a in serial[:-1] if ranges else serial:  # ranges: one innermost loop per range below
             sp = split if split is not None and a is split.axis else None
             for loop in (sp.hi, sp.lo) if sp else (a,):
                 self.range_loop(depth, loop, {})
@@ -127,10 +127,15 @@ class CPURender(CPUFold):
                 self.lane_reduction(depth, red, env, st.name, lanes)
             else:
                 self.reduction(depth, red, env, st.name)
-        idx = [self.axis(a) for a in st.axes]
-        for t, b in zip(st.tensors, st.bodies, strict=True):
-            if t is not None:
-                self.emit(depth, f"{self.index(t, idx)} = {top(self.expr(b, env))}")
+        for ax, bodies in ranges.pieces if ranges else ((None, st.bodies),):
+            if ax is not None:
+                self.range_loop(depth, ax, {})
+            d = depth + (ax is not None)
+            idx = [self.axis(ax if ax is not None and a is ranges.axis else a)  # type: ignore[union-attr]
+                   for a in st.axes]
+            for t, b in zip(st.tensors, bodies, strict=True):
+                if t is not None:
+                    self.emit(d, f"{self.index(t, idx)} = {top(self.expr(b, env))}")
 
     def siblings(self, depth: int, stages: list[ComputeStage]) -> None:
         """Lanes reductions over the same loops (a SIBLINGS loop of fuse.py, written over the

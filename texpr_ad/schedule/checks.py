@@ -39,7 +39,8 @@ def stage_unproven(group: Group) -> dict[Read, set[int]]:
     parts: list[tuple[Expr, tuple[Expr, ...]]] = []
     for st in group:
         if isinstance(st, ComputeStage):
-            parts += [(b, ()) for b in st.bodies]
+            pieces = st.cpu.ranges.pieces if st.cpu.ranges else ((None, st.bodies),)
+            parts += [(b, ()) for _, bodies in pieces for b in bodies]  # as rendered
         else:
             for u in st.updates:
                 parts += [(u.condition, ())]

@@ -46,6 +46,9 @@ call) get BLAS contractions, memory-order reductions and lanes, not split sums o
 10. workspace   - intermediates of at least `WORKSPACE_MIN_BYTES` (static shapes) are kernel
                   arguments, allocated by the caller once per thread and reused across calls.
 
+11. ranges      - (cpu_ranges.py) an elementwise stage's innermost loop runs once per range of its
+                  selects' constant breakpoints, each with the selects resolved (GEGLU's backward).
+
 `refine(plan, overrides)` applies them all to a target-neutral plan (planner.plan_stages).
 """
 from __future__ import annotations
@@ -68,6 +71,7 @@ from ..te.visit import bounds_depend_on_axes, children, substitute, walk
 from . import cpu_implicit, normalize
 from .contraction import Operand, Role, SumOfProduct, normal_form, product
 from .cpu_col2im import col2im_scatter
+from .cpu_ranges import split_ranges
 from .checks import node_checks, plain
 from .cpu_invariants import FRESH_BYTES, hoist, nbytes, workspace
 from .fuse import first_reduction, fuse
@@ -133,6 +137,7 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
               for st in stages]
     merged = collapse_rows(stages, nest, plan.inputs, set(overrides))
     stages = row_folds([_relaned(m, s) for m, s in zip(merged, stages)], nest)
+    stages = split_ranges(stages, nest)
     out = replace(plan, target="cpu", stages=tuple(stages), inlined=plan.inlined + dropped,
                   nest=nest)
     groups = [[out.stage(r.name) for r in refs((n,))] for n in out.tree]

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from ..errors import TexprError
 from ..te.bounds import bound
-from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind, Var
+from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, ReduceKind, Var
 from ..te.printer import expr_str
 from ..te.tensor import ScatterUpdate, Tensor, shape_str
 from .loopnest import Kind, Loop, Node, Place, StageRef, refs
@@ -195,6 +195,25 @@ class Split:
     factor: int
 
 
+@dataclass(frozen=True)
+class IndexSplit:
+    """The innermost loop `axis` run as one loop per range (schedule/cpu_ranges.py): `pieces`
+    are each range's axis (its bounds) with the bodies there, where every select testing `axis`
+    (`tests`) is resolved."""
+
+    axis: IterVar
+    pieces: tuple[tuple[IterVar, tuple[Expr, ...]], ...]
+    tests: tuple[Expr, ...]
+
+    def describe(self) -> str:
+        rng = ", ".join(f"[{expr_str(a.lo)}, {expr_str(a.extent.args[0] if isinstance(a.extent, Call) else a.lo + a.extent)})" for a, _ in self.pieces)
+        cuts = ", ".join(expr_str(a.lo) for a, _ in self.pieces[1:])
+        return (f"{self.axis.name} split at {cuts} into "
+                f"{rng}, each loop with its selects resolved to the branch taken there (the "
+                f"tests {', '.join(map(expr_str, self.tests))} are constant on each range): no "
+                f"branch evaluated per element, and a branch's reads only in its own range")
+
+
 class StageKind(Kind):
     """What a stage is: the key of `OVERRIDE_KEYS` (schedule/planner.py)."""
 
@@ -229,7 +248,8 @@ class CpuStagePlan:
     accumulation / split partial sums), `lanes` (> 1: the reduction's accumulation may
     regroup into SIMD lanes), `split` (the innermost loop axis runs as two loops, axis =
     factor * hi + lo, as the bodies use it only as axis // factor and axis % factor: a
-    reshape's unflattening), `hoisted` (loop-invariant values computed once before the
+    reshape's unflattening), `ranges` (the innermost loop runs once per range of its selects'
+    breakpoints, each body with the selects resolved), `hoisted` (loop-invariant values computed once before the
     serial loops, in order), `reciprocals` (hoisted float32 divisors whose quotients
     become products with the reciprocal) and `fold_hoisted` (values a reduction's terms share,
     computed once before its loops).  Scatter stages: `block` (prange over blocks of
@@ -243,6 +263,7 @@ class CpuStagePlan:
     accumulate: Accumulate | None = None
     lanes: int = 1
     split: Split | None = None
+    ranges: IndexSplit | None = None
     hoisted: tuple[Expr, ...] = ()
     reciprocals: tuple[Expr, ...] = ()
     fold_hoisted: tuple[Expr, ...] = ()
@@ -478,6 +499,8 @@ def _cpu_lines(c: CpuStagePlan) -> list[str]:
         sp = c.split
         out.append(f"  split: {sp.axis.name} = {sp.factor} * {sp.hi.name} + {sp.lo.name}, "
                    f"as the body reads it only through // and % by {sp.factor}")
+    if c.ranges is not None:
+        out.append(f"  index split: {c.ranges.describe()}")
     if c.lanes > 1:
         out.append(f"  lanes: the reduction accumulates with a reassociable add (max/min: "
                    f"llvm.maximum/minimum, exact), which LLVM vectorizes into SIMD lanes "
