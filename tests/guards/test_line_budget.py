@@ -18,7 +18,7 @@ BUDGET = {
     "te": 2800,
     "deriv": 1750,
     "ops": 2700,
-    "schedule": 3842,
+    "schedule": 3822,
     "kernels": 3500,
     "relax_bridge": 3346,
     "report": 1450,

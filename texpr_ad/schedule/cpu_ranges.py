@@ -8,9 +8,8 @@ range; LLVM's loop unswitching cannot, the tests vary with `j`).  Example, a GEG
 
 A test is an integer comparison `+-j + rest (<, <=, >, >=) bound`, `rest` and `bound` free of `j`
 and of tensor values: true exactly on one side of a breakpoint `b` (`j >= b` or `j < b`).  The
-breakpoints (at most MAX_RANGES - 1, their differences constant, so they sort at plan time) are
-clamped to the loop's range; an empty range is dropped (breakpoints of outer axes are not split
-yet, see MATH).  Exact: each element
+breakpoints (constants: one of outer axes measured slower, see MATH) are clamped to the loop's
+range; an empty range is dropped.  Exact: each element
 gets the branch its test selects, and a branch is rendered only in the range where it is taken
 (its reads are proven in bounds by that range, as its guard proved them before).
 """
@@ -20,8 +19,7 @@ from dataclasses import replace
 
 from ..te import dtype as dt
 from ..te.affine import from_affine, to_affine
-from ..te.bounds import bound
-from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, is_zero
+from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce
 from ..te.ops import PIECEWISE_CONST, UNARY_MATH, Op
 from ..te.visit import substitute, transform, walk
 from .loopnest import Loop, LoopKind, Node, StageRef
@@ -84,17 +82,6 @@ def _tests(e: Expr, j: IterVar) -> dict[Expr, tuple[Expr, bool]] | None:
     return out
 
 
-def _clamp(b: Expr, lo: Expr, hi: Expr) -> Expr:
-    """`min(max(b, lo), hi)`, without the sides te.bounds proves are not needed."""
-    if isinstance(b, Const) and isinstance(lo, Const) and isinstance(hi, Const):
-        return Const(min(max(b.value, lo.value), hi.value), dt.INDEX)
-    def holds(d: Expr) -> bool:  # d >= 0 over the loop's domain
-        lb = bound(d, upper=False)
-        return lb is not None and not lb[0] and lb[1] >= 0
-    b = b if holds(b - lo) else Call(Op.MAX, (b, lo), dt.INDEX)
-    return b if holds(hi - b) else Call(Op.MIN, (b, hi), dt.INDEX)
-
-
 def _resolve(e: Expr, truth: dict[Expr, bool]) -> Expr:
     """`e` with the tests in `truth` replaced by their value and the selects, and/or/not, they
     decide folded (nothing else is rewritten: the values are the ones written)."""
@@ -132,27 +119,18 @@ def index_split(st: ComputeStage) -> ComputeStage:
         if (t := _tests(b, j)) is None:
             return st
         tests.update(t)
-    points: dict[Expr, int] = {}  # breakpoint -> its offset from the first
-    for b, _ in tests.values():
-        d = to_affine(b - next(iter(tests.values()))[0])
-        if d is None or d[0]:
-            return st  # not ordered at plan time
-        points.setdefault(b, d[1])
-    if not points or len(points) > 2 * MAX_RANGES or not all(isinstance(b, Const) for b in points):
+    lo = const_int(j.lo)
+    if lo is None or not tests or not all(isinstance(b, Const) for b, _ in tests.values()):
         return st  # a breakpoint of outer axes (`j <= i`) measured slower: see MATH
-    order = sorted(points, key=points.__getitem__)
-    hi = j.lo + j.extent
-    ends = [j.lo, *(_clamp(b, j.lo, hi) for b in order), hi]
+    hi = lo + const_int(j.extent)  # type: ignore[operator]
+    ends = [lo, *sorted({min(max(b.value, lo), hi) for b, _ in tests.values()}), hi]  # type: ignore[attr-defined]
     pieces = []
-    for k in range(len(ends) - 1):
-        ext = ends[k + 1] - ends[k]
-        top = bound(ext, upper=True)
-        if top is not None and not top[0] and top[1] <= 0:
-            continue  # empty for every outer point
-        ax = IterVar(j.name, ends[k], ext if isinstance(ext, Const) and is_zero(ends[k])
-                     else Call(Op.SUB, (ends[k + 1], ends[k]), dt.INDEX))  # range(lo, hi)
-        truth = {t: (order.index(b) < k) == ge for t, (b, ge) in tests.items()}
-        pieces.append((ax, tuple(substitute(_resolve(e, truth), {j: ax}) for e in st.bodies)))
-    if not 2 <= len(pieces) <= MAX_RANGES:  # (counted after the empty ones are dropped)
+    for a, b in zip(ends, ends[1:]):
+        if b > a:  # (a breakpoint outside the loop leaves an empty range)
+            ax = IterVar(j.name, Const(a, dt.INDEX), Const(b - a, dt.INDEX) if a == 0 else Call(
+                Op.SUB, (Const(b, dt.INDEX), Const(a, dt.INDEX)), dt.INDEX))  # range(a, b)
+            truth = {t: (a >= bp.value) == ge for t, (bp, ge) in tests.items()}  # type: ignore[attr-defined]
+            pieces.append((ax, tuple(substitute(_resolve(e, truth), {j: ax}) for e in st.bodies)))
+    if not 2 <= len(pieces) <= MAX_RANGES:
         return st
     return _cpu(st, ranges=IndexSplit(j, tuple(pieces), tuple(tests)))
