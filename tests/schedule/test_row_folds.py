@@ -69,3 +69,41 @@ def test_a_wide_row_adds_float32_row_blocks_where_the_plan_says():
     ref, scale = x.astype(np.float64).sum((0, 1)), np.abs(x).sum((0, 1))
     for kern in (k, plain):  # float32 rounding of float64, not one float32 chain's 6144 terms
         assert (np.abs(kern(x)[0] - ref) <= 1e-7 * scale + 1e-7 * np.abs(ref)).all()
+
+
+def _gather_sum(bags: int = 64, length: int = 6):
+    """An embedding bag: y[n, k] = sum_r w[ids[n, r], k], rows of w accumulated along k."""
+    w = te.placeholder((50, 128), "float32", name="w")
+    ids = te.placeholder((bags, length), "int64", name="ids")
+    r = te.reduce_axis((0, length), "r")
+    y = te.compute((bags, 128), lambda n, k: te.sum(w[ids[n, r], k], axis=r), name="y")
+    return ta.build([y], [w, ids])
+
+
+def test_indices_read_from_data_are_computed_and_checked_once_per_row():
+    """The row loop over k does not change `ids[n, r]`: the plan says so (`Accumulate.indices`),
+    and the source computes and checks it before the row loop, so the loop holds no check (a
+    call that stores) and vectorizes.  Values match NumPy; a bad index still raises, naming the
+    read."""
+    from texpr_ad.kernels.kernel import KernelIndexError
+    kern = _gather_sum()
+    acc = kern.plan.stage("y").cpu.accumulate
+    assert acc.row is not None and [str(e) for e in acc.indices] == ["ids[n, r]"], str(kern.plan)
+    assert "indices read from data (ids[n, r]) computed and checked once per row" in str(kern.plan)
+    lines = kern.source.splitlines()
+    for at, ln in enumerate(lines):
+        if ln.strip().startswith("for k in range(") and "w[" in lines[at + 2]:
+            assert "_chk(" not in "\n".join(lines[at:at + 8]), kern.source
+            assert "_chk(ids[n, " in lines[at - 1], kern.source
+    rng = np.random.default_rng(4)
+    ws = rng.standard_normal((50, 128)).astype(np.float32)
+    ids = rng.integers(0, 50, (64, 6)).astype(np.int64)
+    (got,) = kern(ws, ids)
+    np.testing.assert_allclose(got, ws.astype(np.float64)[ids].sum(1), rtol=1e-5, atol=1e-5)
+    ids[3, 5] = 50
+    try:
+        kern(ws, ids)
+    except KernelIndexError as e:
+        assert "w[ids[n, r], k]" in str(e) or "ids[n, " in str(e), str(e)
+    else:
+        raise AssertionError("an index past w was not refused")

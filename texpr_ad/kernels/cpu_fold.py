@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..schedule.plan import SUM_BLOCK, SUM_CHAIN, ComputeStage, wide_sum
-from ..te.expr import Const, Expr, IterVar, Reduce, ReduceKind, always, const, is_zero
+from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind, always, const, is_zero
 from ..te.simplify import simplify
-from ..te.visit import substitute
-from .render import WIDE_ZERO, RenderPass, reduce_groups, top
+from ..te.visit import substitute, walk
+from .render import WIDE_ZERO, RenderPass, read_site, reduce_groups, top
 
 
 class CPUFold(RenderPass):
@@ -229,16 +229,19 @@ class CPUFold(RenderPass):
             for loop, at in ((groups, [last.lo + groups * unroll + u for u in range(unroll)]),
                              (rest, [rest])):
                 self.range_loop(d, loop, {})
+                terms = [[simplify(substitute(r.source[0], {last: k})) for k in at] for r in reds]
+                self.bind_indices(d + 1, stages, [x for ts in terms for x in ts], {last: at})
                 self.range_loop(d + 1, row, {})
-                for (st, acc_at), r in zip(stages, reds, strict=True):
+                for (st, acc_at), r, ts in zip(stages, reds, terms, strict=True):
                     a, t = acc_at(), self.names.fresh(f"{st.name}_t")  # a local: no reload
                     self.emit(d + 2, f"{t} = {a}")                   # after each store
-                    for k in at:  # the same terms in the same order as one loop over `last`
-                        src = self.expr(simplify(substitute(r.source[0], {last: k})), {})
-                        self.combine(d + 2, r.combiner, [t], [src], [t], st.name)
+                    for src in ts:  # the same terms in the same order as one loop over `last`
+                        self.combine(d + 2, r.combiner, [t], [self.expr(src, {})], [t], st.name)
                     self.emit(d + 2, f"{a} = {t}")
+                self.bound.clear()
             return
         if row is not None:
+            self.bind_indices(d, stages, [r.source[0] for r in reds], {})
             self.range_loop(d, row, {})
             d += 1
         for (st, acc_at), r in zip(stages, reds, strict=True):
@@ -248,6 +251,21 @@ class CPUFold(RenderPass):
                 dc += 1
             a = acc_at()
             self.combine(dc, r.combiner, [a], [self.expr(r.source[0], {})], [a], st.name)
+        self.bound.clear()
+
+    def bind_indices(self, depth: int, stages: Sequence[tuple[ComputeStage, Callable[[], str]]],
+                     terms: Sequence[Expr], sub: dict[IterVar, Sequence[Expr]]) -> None:
+        """The plan's indices read from data that the row loop does not change (`Accumulate.
+        indices`, with `sub`'s unrolled values), computed and checked into locals before it."""
+        plan = [e for st, _ in stages for e in st.cpu.accumulate.indices]  # type: ignore[union-attr]
+        want = {simplify(substitute(e, {a: k})) for e in plan for a, ks in sub.items() for k in ks}
+        want |= set(plan)
+        for x in (x for t in terms for x in walk(t) if isinstance(x, Read)):
+            for d, i in enumerate(x.indices):
+                if i in want and (key := (x.tensor.name, d, i)) not in self.bound:
+                    self.bound[key] = v = self.names.fresh(f"{x.tensor.name}_i{d}")
+                    n = f"{self.tensor(x.tensor)}.shape[{d}]"
+                    self.emit(depth, f"{v} = {self.check(top(self.expr(i, {})), n, read_site(x, d, self.scope))}")
 
     def finish(self, depth: int, st: ComputeStage, idx: list[str], acc: str) -> None:
         """Apply init and store every body of `st` with its reduction replaced by `acc`."""

@@ -223,6 +223,7 @@ class RenderPass:
         self.sites: list[str] = []  # what each run-time index check guards, by site number
         self.hoist: dict[IterVar, list[tuple[Read, int, int]]] = {}  # checked at loop entry
         self.hoisted: set[tuple[Read, int]] = set()  # read dims whose loop entry was checked
+        self.bound: dict[tuple[str, int, Expr], str] = {}  # (tensor, dim, index) -> checked local
 
     def emit(self, depth: int, text: str) -> None:
         """Append a statement, after the locals its expressions bound (see `expr`)."""
@@ -320,7 +321,9 @@ class RenderPass:
                 parts = []
                 for d, i in enumerate(idx):
                     s = top(text[i])
-                    if has_read[i] or (d in self.unproven.get(x, ()) and (x, d) not in self.hoisted):
+                    if (t.name, d, i) in self.bound:  # computed and checked before its loop
+                        s = self.bound[t.name, d, i]
+                    elif has_read[i] or (d in self.unproven.get(x, ()) and (x, d) not in self.hoisted):
                         s = self.check(s, f"{self.tensor(t)}.shape[{d}]", read_site(x, d, self.scope))
                     parts.append(s)
                 return self.index(t, parts), n

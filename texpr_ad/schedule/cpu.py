@@ -624,9 +624,11 @@ def _accumulate(st: ComputeStage) -> Accumulate | None:
 def row_folds(stages: list[Stage], nest: tuple[Node, ...]) -> list[Stage]:
     """How the row-accumulated stages of each tree node fold their rows (`Accumulate`): a wide
     sum's float64 row adds a float32 row per `row_block` terms of the outer reduce axis (at most
-    SUM_CHAIN terms to an element; not beside a STEPPED rider, which folds in lanes), and the
+    SUM_CHAIN terms to an element; not beside a STEPPED rider, which folds in lanes), the
     innermost reduce loop of the fold, if any, is unrolled by ROW_UNROLL where no member's
-    reduction has a condition."""
+    reduction has a condition, and indices read from data that the row does not change
+    (`w[ids[n, r], k]`: a gather-sum, embedding bag or graph neighbours) are computed and checked
+    once per row: checked in the row loop, they kept it scalar."""
     by = {st.name: st for st in stages}
     for node in nest or tuple(StageRef(s.name) for s in stages):
         kids = node.body if isinstance(node, Loop) and node.kind is LoopKind.CHUNKS else (node,)
@@ -640,9 +642,13 @@ def row_folds(stages: list[Stage], nest: tuple[Node, ...]) -> list[Stage]:
         split = group[0].cpu.accumulate.split is not None  # type: ignore[union-attr]
         axes = reds[0].axis[1:] if split or any(wide) else reds[0].axis
         unroll = ROW_UNROLL if axes and all(always(r.condition) for r in reds) else 1
-        for s, w in zip(group, wide):
+        for s, w, r in zip(group, wide, reds):
+            row = s.cpu.accumulate.row  # type: ignore[union-attr]
+            idx = dict.fromkeys(i for x in walk(r.source[0]) if isinstance(x, Read) for i in x.indices
+                                if all(v is not row for v in walk(i))
+                                and any(isinstance(v, Read) for v in walk(i)))
             by[s.name] = _cpu(s, accumulate=replace(s.cpu.accumulate, unroll=unroll,  # type: ignore[type-var]
-                                                    row_block=per if w else 0))
+                                                    row_block=per if w else 0, indices=tuple(idx)))
     return [by[s.name] for s in stages]
 
 

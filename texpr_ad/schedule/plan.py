@@ -164,6 +164,7 @@ class Accumulate:
     vector: bool = False
     unroll: int = 1  # row accumulation: terms of the innermost reduce loop per row element load
     row_block: int = 0  # a wide sum's rows: terms of the outer axis per float32 row (0: none)
+    indices: tuple[Expr, ...] = ()  # data-dependent indices computed once per row (row_folds)
 
     def describe(self) -> str:
         parts = []
@@ -182,6 +183,9 @@ class Accumulate:
         if self.unroll > 1:
             parts.append(f"the innermost reduce loop unrolled by {self.unroll} (each row element "
                          f"loaded and stored once per {self.unroll} terms, in the same order)")
+        if self.indices:
+            parts.append(f"indices read from data ({', '.join(map(expr_str, self.indices))}) "
+                         f"computed and checked once per row, before its loop (which vectorizes)")
         return "; ".join(parts)
 
 
