@@ -15,7 +15,7 @@ TOP = "*.py"  # the modules directly in texpr_ad/ (api, torch, jax, pullback, ..
 
 BUDGET = {
     TOP: 1332,
-    "te": 2800,
+    "te": 2864,
     "deriv": 1750,
     "ops": 2700,
     "schedule": 3832,

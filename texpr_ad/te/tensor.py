@@ -6,17 +6,19 @@ structure.
 """
 from __future__ import annotations
 
+import functools
 import inspect
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..errors import TexprError
 from . import dtype as dt
-from .expr import (Call, Const, Expr, IterVar, Read, Reduce, Var, as_expr, const, is_zero,
-                   next_uid)
-from .bounds import Verdict, bound, guarded_reads, read_verdicts
+from .expr import (Call, Const, Expr, IterVar, Read, Reduce, Var, always, as_expr, const,
+                   is_zero, next_uid)
+from .bounds import GUARD_VISITS, Verdict, bound, facts, guarded_reads, read_verdicts
 from .ops import Op
-from .visit import children, free_vars, reads_in, substitute, transform, walk
+from .visit import children, fold, free_vars, reads_in, rebuild, substitute, walk
 
 
 class TensorError(TexprError, ValueError):
@@ -300,40 +302,109 @@ def compute(shape: Any, fcompute: Callable[..., Any], name: str = "compute", tag
     return outs if multi else outs[0]
 
 
+_Guards = tuple[tuple[Expr, bool], ...]  # the guards (condition, holds) on a path, outermost first
+
+
 def _split_nested(body: Expr, name: str, k: int, axes: tuple[IterVar, ...]) -> Expr:
     """Move every reduction that is not the whole body into a stage of its own, over the data
     axes it uses in the order of the compute's `axes` (its layout then follows the reader's:
     `x[n, f, s + k]` summed over k is a stage over (n, f, s), not over whatever order the
-    body first names them in), then any other axes it uses."""
+    body first names them in), then any other axes it uses.
+
+    The stage runs on the whole of its axes, so the guards above the reduction (`_guard_paths`)
+    on the stage's own axes join its `where=`: `if_then_else(i >= 1, sum(x[i - 1, r]), 0)` lifts
+    to `y_red1[i] = sum(x[i - 1, r], where=i >= 1)`, the identity where the guard fails (which
+    the select ignores).  A read still in bounds only under a guard the stage cannot carry is
+    refused here, not at run time."""
     rank = {a: d for d, a in enumerate(axes)}
     counter = [0]
     lifted: dict[Expr, Expr] = {}  # structurally equal reductions share one stage
+    paths, above = _guard_paths(body)
 
-    def lift(e: Expr) -> Expr | None:
-        if not isinstance(e, Reduce):
-            return None
-        if e in lifted:
-            return lifted[e]
+    def lift(e: Reduce, guards: set[_Guards]) -> Expr:
         if len(e.source) > 1:
             raise TensorError(f"compute {name!r}: a tuple reduction must be the whole body")
         outer = sorted((v for v in free_vars(e) if isinstance(v, IterVar)),
                        key=lambda v: rank.get(v, len(rank)))  # stable: others as found
-        new_axes = tuple(IterVar(v.name, const(0), v.extent, "data") for v in outer)
-        shift = {v: a + v.lo if not is_zero(v.lo) else a for v, a in zip(outer, new_axes, strict=True)}
-        inner_body = substitute(e, shift)
+        common = itertools.takewhile(lambda gs: len(set(gs)) == 1, zip(*guards))  # on every path
+        carry = [c if holds else Call(Op.NOT, (c,), "bool") for (c, holds), *_ in common
+                 if c.dtype == "bool" and id(c) not in above and
+                 {v for v in free_vars(c) if isinstance(v, IterVar)} <= set(outer)]
+        if carry:  # guards first: `&` is lazy, so each holds where the next one is evaluated
+            conds = carry + ([] if always(e.condition) else [e.condition])
+            e = Reduce(e.combiner, e.source, e.axis, functools.reduce(
+                lambda a, b: Call(Op.AND, (a, b), "bool"), conds), e.value_index, e.dtype, e.init)
+        if e in lifted:
+            return lifted[e]
         counter[0] += 1
         stage_name = f"{name}_red{counter[0]}" if k == 0 else f"{name}_{k}_red{counter[0]}"
-        op = ComputeOp(stage_name, new_axes, (inner_body,))
+        _check_lifted_reads(e, guards, name, stage_name, outer)
+        new_axes = tuple(IterVar(v.name, const(0), v.extent, "data") for v in outer)
+        shift = {v: a + v.lo if not is_zero(v.lo) else a for v, a in zip(outer, new_axes, strict=True)}
+        op = ComputeOp(stage_name, new_axes, (substitute(e, shift),))
         t = Tensor(op, 0, tuple(a.extent for a in new_axes), e.dtype)
         lifted[e] = Read(t, tuple(v - v.lo if not is_zero(v.lo) else v for v in outer), e.dtype)
         return lifted[e]
 
-    if isinstance(body, Reduce):
-        n = len(body.source)
-        kids = tuple(transform(c, lift) for c in children(body))
-        return Reduce(body.combiner, kids[:n], body.axis, kids[n], body.value_index, body.dtype,
-                      kids[n + 1:])
-    return transform(body, lift)
+    def image(x: Expr, kids: list[Expr]) -> Expr:
+        y = rebuild(x, tuple(kids))
+        return lift(y, paths[id(x)]) if isinstance(y, Reduce) and x is not body else y
+    return fold(body, children, image)
+
+
+def _guard_paths(body: Expr) -> tuple[dict[int, set[_Guards]], set[int]]:
+    """For each reduction in `body` (by identity), the guards on each path down to it, outermost
+    first: `(cond, holds)` for a select's branch, the right side of a lazy `&`/`|` and a
+    reduction's source under its `where=`; and the ids of the nodes above some reduction (only
+    those are walked).  Past GUARD_VISITS visits a path counts as unguarded."""
+    above: set[int] = set()
+    for x in walk(body):
+        if isinstance(x, Reduce) or any(id(c) in above for c in children(x)):
+            above.add(id(x))
+    paths: dict[int, set[_Guards]] = {}
+    stack: list[tuple[Expr, _Guards]] = [(body, ())]
+    seen: set[tuple[int, _Guards]] = set()
+    while stack:
+        x, g = stack.pop()
+        g = () if len(seen) >= GUARD_VISITS else g
+        if id(x) not in above or (id(x), g) in seen:
+            continue
+        seen.add((id(x), g))
+        match x:
+            case Reduce():
+                paths.setdefault(id(x), set()).add(g)
+                inner = g if always(x.condition) else g + ((x.condition, True),)
+                stack += [(s, inner) for s in x.source] + [(c, g) for c in (x.condition, *x.init)]
+            case Call(op=Op.SELECT, args=(c, a, b)):
+                stack += [(c, g), (a, g + ((c, True),)), (b, g + ((c, False),))]
+            case Call(op=Op.AND | Op.OR, args=(a, b)):
+                stack += [(a, g), (b, g + ((a, x.op is Op.AND),))]
+            case _:
+                stack += [(c, g) for c in children(x)]
+    return paths, above
+
+
+def _check_lifted_reads(e: Reduce, guards: set[_Guards], name: str, stage: str,
+                        outer: list[IterVar]) -> None:
+    """Refuse a read of the lifted reduction `e` that some path's guards keep in bounds but the
+    stage, which runs on the whole of its axes with only the guards it carries, does not."""
+    for g in guards:
+        full = tuple(f for c, holds in g for f in facts(c, holds))
+        for r, fs in guarded_reads(e):
+            extra = tuple(f for f in full if f not in fs)
+            if not extra:
+                continue
+            for d, (v, w) in enumerate(zip(read_verdicts(r, fs), read_verdicts(r, fs + extra),
+                                           strict=True)):
+                if list(Verdict).index(v) > list(Verdict).index(w):  # PROVEN < RUNTIME < UNSAFE
+                    raise TensorError(
+                        f"compute {name!r}: read {r} of tensor {r.tensor.name!r} (shape "
+                        f"{shape_str(r.tensor.shape)}) is in bounds in dim {d} (index "
+                        f"`{r.indices[d]}`) only under the guard(s) around the nested reduction "
+                        f"`{e}`; that reduction runs as stage {stage!r} over "
+                        f"({', '.join(v.name for v in outer)}), which can carry only guards on "
+                        "its own axes; put the guard inside the reduction (where= or "
+                        "te.if_then_else around the read), or reduce in a te.compute of its own")
 
 
 _DIVISIONS = (Op.FLOORDIV, Op.FLOORMOD, Op.DIV)
