@@ -107,9 +107,8 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     from .term import Progress
 
     columns = _check_coverage_args(args)
+    _check_globs(args.ops, [e.name for e in select("*")], "operator")
     entries = select(args.ops)
-    if not entries:
-        raise UsageError(f"--ops {args.ops!r} matches no operator")
     base = _output_base(args, {".md", ".json", ".html"})
     formats = list(RENDERERS) if args.format == "table" else [args.format]
     paths = [base.with_name(base.name + RENDERERS[f][0]) for f in formats] if args.output else []
@@ -159,6 +158,18 @@ def _check_coverage_args(args: argparse.Namespace) -> list[Any]:
     return columns
 
 
+def _check_globs(globs: str, names: list[str], what: str, prefix: str = "") -> None:
+    """A UsageError naming the first --ops glob that matches none of `names` (and close ones):
+    a typo beside a glob that matches must not drop that operator from the report silently."""
+    import difflib
+    import fnmatch
+    for g in (g.strip() for g in globs.split(",") if g.strip()):
+        if not any(fnmatch.fnmatchcase(n, g) or fnmatch.fnmatchcase(n, prefix + g) for n in names):
+            close = difflib.get_close_matches(g, names, 3)
+            raise UsageError(f"--ops {g!r} matches no {what}"
+                             + (f"; did you mean {', '.join(close)}?" if close else ""))
+
+
 def _output_base(args: argparse.Namespace, suffixes: set[str]) -> Path:
     """-o PATH without a report suffix (`out.md` and `out` name the same reports)."""
     base = Path(args.output or "")
@@ -194,9 +205,8 @@ def cmd_relax(args: argparse.Namespace) -> int:
     formats = ["md", "json"] if args.format == "table" else [args.format]
     if args.output:
         _check_writable([base.with_name(base.name + RELAX_RENDERERS[f][0]) for f in formats])
+    _check_globs(args.ops, select_ops("*"), "Relax tensor op (e.g. 'relax.nn.*')", "relax.")
     ops = select_ops(args.ops)
-    if not ops:
-        raise UsageError(f"--ops {args.ops!r} matches no Relax tensor op (e.g. 'relax.nn.*')")
     from .term import Progress
     with Progress(enabled=not args.no_progress, what="relax") as progress:
         rep = run_relax_matrix(ops, progress=progress)
