@@ -37,3 +37,33 @@ def test_a_relax_ops_glob_that_matches_nothing_is_refused(capsys, no_matrix):
     err = capsys.readouterr().err.strip()
     assert "--ops 'relax.nn.gelux' matches no Relax tensor op" in err, err
     assert not no_matrix
+
+
+def test_cuda_mode_says_not_run_when_the_cuda_column_was_not_selected():
+    """`--targets cpu` on a machine without a GPU wrote 'cuda on gpu' in the Markdown and HTML
+    headers and `"cuda_mode": "gpu"` in the JSON: a GPU claim for a column that never ran."""
+    from texpr_ad.ops import registry
+    from texpr_ad.report.columns import select_columns
+    from texpr_ad.report.coverage import run_coverage
+    from texpr_ad.report.render import render_html, render_markdown
+    rep = run_coverage(registry.select("relu"), select_columns("cpu"))
+    assert rep.environment["cuda_mode"] == "not run"
+    assert "cuda: not run" in render_markdown(rep) and "cuda: not run" in render_html(rep)
+
+
+def test_the_cuda_column_title_says_simulator_where_the_cells_are_read(monkeypatch):
+    """On Numba's simulator the cuda cells read '✓ 0' under a plain 'cuda' header: only the
+    Markdown/HTML meta line (not the terminal table) said no GPU ran."""
+    from texpr_ad.kernels import cuda_runtime
+    from texpr_ad.ops import registry
+    from texpr_ad.testing import cuda as tcuda
+    from texpr_ad.report.columns import select_columns
+    from texpr_ad.report.coverage import run_coverage
+    from texpr_ad.report.render import render_table
+    from texpr_ad.testing import Result, Status
+    monkeypatch.setattr(cuda_runtime, "simulating", lambda: True)
+    monkeypatch.setattr(tcuda, "check_cuda", lambda entry: Result(Status.OK, 0.0, "simulator"))
+    rep = run_coverage(registry.select("relu"), select_columns("cuda"))
+    assert rep.environment["cuda_mode"] == "simulator"
+    assert [c.title for c in rep.columns] == ["cuda sim"]
+    assert "cuda sim" in render_table(rep).splitlines()[0]

@@ -16,7 +16,7 @@ import multiprocessing
 import os
 import platform
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from ..kernels.cache import cache_dir, compile_counts
@@ -211,8 +211,7 @@ def environment(jobs: int, targets: Sequence[str]) -> dict[str, Any]:
     from importlib import metadata
     env: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(),
                            "cpu_count": os.cpu_count(), "jobs": jobs, "targets": list(targets),
-                           "cuda_mode": "simulator" if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
-                           else "gpu", "cache_dir": str(cache_dir())}
+                           "cuda_mode": cuda_mode(targets), "cache_dir": str(cache_dir())}
     for key, dist in (("numpy", "numpy"), ("numba", "numba"), ("sympy", "sympy"),
                       ("torch", "torch"), ("tvm", "apache-tvm"), ("texpr_ad", "texpr_ad")):
         try:
@@ -220,6 +219,19 @@ def environment(jobs: int, targets: Sequence[str]) -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             env[key] = None
     return env
+
+
+def cuda_mode(targets: Sequence[str]) -> str:
+    """How the cuda column ran: "simulator" (Numba's, on the CPU: no GPU ran), "gpu",
+    "unavailable" (its cells say why) or "not run" (not in --targets)."""
+    if "cuda" not in targets:
+        return "not run"
+    from ..kernels.cuda_runtime import load_cuda, simulating
+    try:
+        return "simulator" if simulating() else "gpu" if load_cuda().is_available() else \
+            "unavailable"
+    except ImportError:
+        return "unavailable"
 
 
 def previous_seconds(path: str | os.PathLike[str]) -> dict[str, float]:
@@ -275,5 +287,7 @@ def run_coverage(entries: Sequence[OpEntry], columns: Sequence[Column], jobs: in
     elapsed = time.perf_counter() - t0
     gen = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     env = environment(jobs, sorted({c.target for c in columns}))
+    if env["cuda_mode"] == "simulator":  # say it where the cells are read, not only in the header
+        columns = [replace(c, title="cuda sim") if c.key == "cuda" else c for c in columns]
     return Report(list(columns), [r for r in rows if r is not None], env, gen, elapsed,
                   {k: v for k, v in why_not.items() if v})

@@ -56,7 +56,7 @@ def render_markdown(report: Report) -> str:
     meta = (f"Generated {report.generated} in {report.elapsed_s:.1f} s "
             f"(jobs: {env.get('jobs')}; Python {env.get('python')}, numba {env.get('numba')}, "
             f"torch {env.get('torch') or 'absent'}, tvm {env.get('tvm') or 'absent'}, "
-            f"cuda on {env.get('cuda_mode')}).")
+            f"cuda: {env.get('cuda_mode')}).")
     out = ["# texpr_ad operator coverage", "", meta, "",
            "| status | meaning |", "| --- | --- |"]
     out += [f"| {v.symbol} {v.label} | {_md_escape(v.description)} |" for v in LEGEND.values()]
@@ -125,7 +125,7 @@ def render_html(report: Report) -> str:
              (f"<div class='meta'>generated {e(report.generated)} in {report.elapsed_s:.1f} s · "
               f"jobs: {env.get('jobs')} · Python {e(str(env.get('python')))} · numba "
               f"{e(str(env.get('numba')))} · torch {e(str(env.get('torch') or 'absent'))} · "
-              f"tvm {e(str(env.get('tvm') or 'absent'))} · cuda on "
+              f"tvm {e(str(env.get('tvm') or 'absent'))} · cuda: "
               f"{e(str(env.get('cuda_mode')))}</div>"),
              f"<div class='summary {'good' if ok else 'bad'}'>{e(report.verdict_line())}</div>",
              "<div class='legend'>"]
