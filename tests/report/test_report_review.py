@@ -66,4 +66,27 @@ def test_the_cuda_column_title_says_simulator_where_the_cells_are_read(monkeypat
     rep = run_coverage(registry.select("relu"), select_columns("cuda"))
     assert rep.environment["cuda_mode"] == "simulator"
     assert [c.title for c in rep.columns] == ["cuda sim"]
-    assert "cuda sim" in render_table(rep).splitlines()[0]
+    assert "cuda sim" in render_table(rep).splitlines()[1]  # the line under the header line
+
+
+def test_every_rendering_names_the_cpu_the_threads_and_how_t_torch_is_timed():
+    """The report's timings (t/torch) and its 'fwd cpu'/'grad cpu' columns named no CPU model and
+    no thread count: the JSON had only cpu_count, the terminal table no header at all, and a
+    --jobs 2 run timed kernels on 1 thread per worker while a --jobs 1 run used every core."""
+    import numba
+
+    from texpr_ad.ops import registry
+    from texpr_ad.report.columns import select_columns
+    from texpr_ad.report.coverage import run_coverage
+    from texpr_ad.report.render import render_html, render_json, render_markdown, render_table
+    one = run_coverage(registry.select("relu"), select_columns("cpu,torch"))
+    two = run_coverage(registry.select("relu,floor"), select_columns("cpu"), jobs=2)
+    assert one.environment["cpu"] and one.environment["threads"] == numba.get_num_threads()
+    assert two.environment["threads"] == 1
+    head = one.header_line()
+    assert head.startswith(f"CPU: {one.environment['cpu']} (")
+    assert "Numba target='cpu'" in head and "fastest of 7 calls" in head
+    assert "t/torch" not in two.header_line()  # no torch column: no timing to explain
+    assert render_table(one).splitlines()[0] == head
+    assert head in render_markdown(one)
+    assert '"cpu": ' in render_json(one) and "Numba target=&#x27;cpu&#x27;" in render_html(one)

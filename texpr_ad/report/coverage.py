@@ -123,6 +123,16 @@ class Report:
         return (f"CPU kernels: {compiled} compiled, {loaded} loaded from the disk cache "
                 f"({self.environment.get('cache_dir')})")
 
+    def header_line(self) -> str:
+        """Where the figures come from: the CPU, the kernels' code path and threads, the cuda
+        mode, and how t/torch is timed (the first line of every rendering)."""
+        env = self.environment
+        torch = (f", torch on {env['torch_threads']}; t/torch: fastest of 7 calls each, same "
+                 "process" if "torch" in env.get("targets", ()) else "")
+        return (f"CPU: {env.get('cpu')} ({env.get('cpu_count')} logical cores); kernels: Numba "
+                f"target='cpu', {env.get('threads')} thread(s) each{torch}; cuda: "
+                f"{env.get('cuda_mode')}")
+
     def verdict_line(self) -> str:
         """`N operators in T s — OK` or the gating failures by name."""
         head = f"{len(self.rows)} operators in {self.elapsed_s:.1f} s — "
@@ -206,11 +216,28 @@ def _worker_init() -> None:
         pass
 
 
-def environment(jobs: int, targets: Sequence[str]) -> dict[str, Any]:
-    """Versions of the libraries involved (from package metadata: imports nothing)."""
+def _cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def environment(jobs: int, targets: Sequence[str], workers: bool = False) -> dict[str, Any]:
+    """The machine, the threads kernels (and torch) ran on (one per worker process), and the
+    versions of the libraries involved (from package metadata)."""
+    import sys
     from importlib import metadata
+
+    import numba
+    torch = sys.modules.get("torch")
     env: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(),
-                           "cpu_count": os.cpu_count(), "jobs": jobs, "targets": list(targets),
+                           "cpu": _cpu_name(), "cpu_count": os.cpu_count(),
+                           "threads": 1 if workers else numba.get_num_threads(),
+                           "torch_threads": 1 if workers else torch and torch.get_num_threads(),
+                           "jobs": jobs, "targets": list(targets),
                            "cuda_mode": cuda_mode(targets), "cache_dir": str(cache_dir())}
     for key, dist in (("numpy", "numpy"), ("numba", "numba"), ("sympy", "sympy"),
                       ("torch", "torch"), ("tvm", "apache-tvm"), ("texpr_ad", "texpr_ad")):
@@ -257,7 +284,8 @@ def run_coverage(entries: Sequence[OpEntry], columns: Sequence[Column], jobs: in
     rows: list[Row | None] = [None] * len(entries)
     total = len(entries)
     done = 0
-    if jobs <= 1 or in_process or total <= 1:
+    workers = jobs > 1 and not in_process and total > 1
+    if not workers:
         for i, e in enumerate(entries):
             if progress:
                 progress(done, total, e.name)
@@ -286,7 +314,7 @@ def run_coverage(entries: Sequence[OpEntry], columns: Sequence[Column], jobs: in
         progress(total, total, "")
     elapsed = time.perf_counter() - t0
     gen = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    env = environment(jobs, sorted({c.target for c in columns}))
+    env = environment(jobs, sorted({c.target for c in columns}), workers)
     if env["cuda_mode"] == "simulator":  # say it where the cells are read, not only in the header
         columns = [replace(c, title="cuda sim") if c.key == "cuda" else c for c in columns]
     return Report(list(columns), [r for r in rows if r is not None], env, gen, elapsed,

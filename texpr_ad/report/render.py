@@ -26,7 +26,7 @@ def render_table(report: Report, color: bool | None = None) -> str:
     styles: list[list[str | None]] = [
         [None, None, *(STATUS_STYLES.get(r.cells[c.key].status) for c in report.columns)]
         for r in report.rows]
-    lines = [table_text(heads, rows, styles, color=color)]
+    lines = [report.header_line(), table_text(heads, rows, styles, color=color)]
     lines.append("")
     lines.append("legend: " + "   ".join(f"{v.symbol} {v.label}" for v in LEGEND.values()))
     lines.extend(_failure_lines(report))
@@ -57,7 +57,7 @@ def render_markdown(report: Report) -> str:
             f"(jobs: {env.get('jobs')}; Python {env.get('python')}, numba {env.get('numba')}, "
             f"torch {env.get('torch') or 'absent'}, tvm {env.get('tvm') or 'absent'}, "
             f"cuda: {env.get('cuda_mode')}).")
-    out = ["# texpr_ad operator coverage", "", meta, "",
+    out = ["# texpr_ad operator coverage", "", meta, "", _md_escape(report.header_line()), "",
            "| status | meaning |", "| --- | --- |"]
     out += [f"| {v.symbol} {v.label} | {_md_escape(v.description)} |" for v in LEGEND.values()]
     out += ["", "| column | what it checks |", "| --- | --- |"]
@@ -126,7 +126,7 @@ def render_html(report: Report) -> str:
               f"jobs: {env.get('jobs')} · Python {e(str(env.get('python')))} · numba "
               f"{e(str(env.get('numba')))} · torch {e(str(env.get('torch') or 'absent'))} · "
               f"tvm {e(str(env.get('tvm') or 'absent'))} · cuda: "
-              f"{e(str(env.get('cuda_mode')))}</div>"),
+              f"{e(str(env.get('cuda_mode')))}<br>{e(report.header_line())}</div>"),
              f"<div class='summary {'good' if ok else 'bad'}'>{e(report.verdict_line())}</div>",
              "<div class='legend'>"]
     parts += [f"<span style='{_style(k)}' title='{e(v.description)}'>{e(v.symbol)} "
