@@ -90,3 +90,15 @@ def test_every_rendering_names_the_cpu_the_threads_and_how_t_torch_is_timed():
     assert render_table(one).splitlines()[0] == head
     assert head in render_markdown(one)
     assert '"cpu": ' in render_json(one) and "Numba target=&#x27;cpu&#x27;" in render_html(one)
+
+
+def test_column_descriptions_say_what_the_figures_are_measured_against():
+    """The descriptions rendered into the Markdown/HTML column table and the JSON disagreed with
+    docs/coverage_schema.md: 'grad cpu' said 'max relative error' (it is the scale-free
+    |<g,t> - fd| / (|g| |t|)), 'tvm' named only the derived adjoint (it also checks the forward
+    and central differences), 't/torch' gave no sample, statistic or note on call overhead."""
+    from texpr_ad.report.columns import COLUMNS_BY_KEY, column_doc
+    assert "scale-free" in column_doc(COLUMNS_BY_KEY["grad"])
+    assert "central differences" in column_doc(COLUMNS_BY_KEY["tvm"])
+    t = column_doc(COLUMNS_BY_KEY["torch_time"])
+    assert "fastest of 7" in t and "call overhead" in t
