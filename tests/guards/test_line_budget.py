@@ -21,7 +21,7 @@ BUDGET = {
     "schedule": 3832,
     "kernels": 3520,
     "relax_bridge": 3346,
-    "report": 1459,
+    "report": 1462,
     "testing": 500,
 }
 

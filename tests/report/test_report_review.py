@@ -102,3 +102,12 @@ def test_column_descriptions_say_what_the_figures_are_measured_against():
     assert "central differences" in column_doc(COLUMNS_BY_KEY["tvm"])
     t = column_doc(COLUMNS_BY_KEY["torch_time"])
     assert "fastest of 7" in t and "call overhead" in t
+
+
+def test_relax_summary_says_which_no_grad_ops_were_not_checked():
+    """'28 no-grad (25 pass)' read as 3 failures, or 3 hidden ones: 3 no-grad ops (nonzero,
+    unique, all_class_non_max_suppression) have no sample and are not checked at all."""
+    from texpr_ad.report.relax_matrix import RelaxReport, RelaxRow, _counts, summary_lines
+    rows = [RelaxRow("relax.a", "no-grad", check="ok"), RelaxRow("relax.b", "no-grad")]
+    line = summary_lines(RelaxReport(rows, "0.27", 1.0, _counts(rows)))[0]
+    assert "2 no-grad (1 pass, 1 not checked: relax.b)" in line

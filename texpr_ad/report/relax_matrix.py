@@ -69,6 +69,7 @@ def _counts(rows: list[RelaxRow]) -> dict[str, Any]:
     c["derived_failed"] = [r.op for r in derived if r.check != "ok"]
     nog = [r for r in plain if r.kind == "no-grad"]
     c["no_grad_ok"] = sum(r.check == "ok" for r in nog)
+    c["no_grad_unchecked"] = [r.op for r in nog if r.check == "-"]  # no sample: the note says why
     c["rewritten_ok"] = sum(r.check == "ok" for r in plain if r.kind == "rewritten")
     stock = [r for r in rows if r.kind == "stock"]
     c["stock_checked"] = sum(r.check != "-" for r in stock)
@@ -152,7 +153,9 @@ def summary_lines(rep: RelaxReport) -> list[str]:
     return [
         f"TVM {rep.tvm_version}: {c['tensor_ops']} Relax tensor ops: {c['stock']} with a "
         f"hand-written gradient, {c['derivable']} derived ({c['derived_ok']} pass), "
-        f"{c['no-grad']} no-grad ({c['no_grad_ok']} pass), {c['native']} handled by the pass, "
+        f"{c['no-grad']} no-grad ({c['no_grad_ok']} pass, {len(c['no_grad_unchecked'])} not "
+        f"checked: {', '.join(c['no_grad_unchecked']) or 'none'}), {c['native']} handled by the "
+        f"pass, "
         f"{c['rewritten']} rewritten before it ({c['rewritten_ok']} pass), "
         f"{c['not-derivable']} not derivable.",
         f"hand-written gradients (incl. variants): {c['stock_ok']}/{c['stock_checked']} pass; "
