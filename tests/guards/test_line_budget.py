@@ -21,7 +21,7 @@ BUDGET = {
     "schedule": 3832,
     "kernels": 3520,
     "relax_bridge": 3346,
-    "report": 1462,
+    "report": 1465,
     "testing": 500,
 }
 

@@ -125,3 +125,16 @@ def test_docs_cli_coverage_section_names_every_option(capsys):
     section = doc.split("## `texpr-ad coverage`")[1].split("\n## ")[0]
     synopsis = section.split("```")[1]
     assert {o for o in opts if o not in synopsis} == set()
+
+
+@pytest.mark.parametrize("slash", ["/", ""], ids=["trailing_slash", "existing_folder"])
+def test_output_to_a_folder_writes_inside_it(tmp_path, capsys, slash):
+    """`-o reports/` wrote `reports.md` beside the folder (and `wrote .../reports.md`), not
+    into it; an existing folder without the slash likewise."""
+    folder = tmp_path / "reports"
+    if not slash:
+        folder.mkdir()
+    assert cli.main(["coverage", "--ops", "relu", "--targets", "cpu", "--format", "md",
+                     "-o", f"{folder}{slash}", "--no-progress"]) == 0
+    assert (folder / "coverage.md").is_file() and not (tmp_path / "reports.md").exists()
+    assert f"wrote {folder / 'coverage.md'}" in capsys.readouterr().err

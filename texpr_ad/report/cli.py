@@ -171,7 +171,10 @@ def _check_globs(globs: str, names: list[str], what: str, prefix: str = "") -> N
 
 
 def _output_base(args: argparse.Namespace, suffixes: set[str]) -> Path:
-    """-o PATH without a report suffix (`out.md` and `out` name the same reports)."""
+    """-o PATH without a report suffix (`out.md` and `out` name the same reports); a folder
+    (one that exists, or `out/`) gets `coverage.*` inside, not `out.md` beside it."""
+    if args.output and (args.output.endswith(("/", os.sep)) or Path(args.output).is_dir()):
+        return Path(args.output) / "coverage"
     base = Path(args.output or "")
     return base.with_suffix("") if base.suffix in suffixes else base
 
