@@ -15,11 +15,11 @@ TOP = "*.py"  # the modules directly in texpr_ad/ (api, torch, jax, pullback, ..
 
 BUDGET = {
     TOP: 1332,
-    "te": 2864,
+    "te": 2868,
     "deriv": 1750,
     "ops": 2700,
     "schedule": 3832,
-    "kernels": 3520,
+    "kernels": 3524,
     "relax_bridge": 3346,
     "report": 1465,
     "testing": 500,

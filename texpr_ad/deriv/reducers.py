@@ -157,7 +157,7 @@ def tie_count(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Tensor:
 def _at(shape: tuple[Expr, ...], e: Expr, data: tuple[IterVar, ...], name: str) -> Tensor:
     """`e`, written over the forward stage's axes `data`, as a stage of its own (its reductions'
     bounds may use `data`: `reduce_axis((offsets[s], offsets[s + 1]))`; `substitute` moves them)."""
-    return te.compute(shape, lambda *i: _sub(e, data, i), name=name)
+    return te.compute(shape, lambda *i: _sub(e, data, i), name=name, tag="adjoint")
 
 
 def _extreme(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> Linearization:
@@ -219,7 +219,7 @@ def arg_extreme(body: Reduce, Y: Tensor, data: tuple[IterVar, ...]) -> ArgExtrem
         hit = te.if_then_else(attains(_sub(src, data, i), Y[i]), pos, const(0, itype))
         return te.sum(hit, axis=list(body.axis), where=_sub(body.condition, data, i))
 
-    c = te.compute(Y.shape, code, name=f"{Y.name}_argext")[data]
+    c = te.compute(Y.shape, code, name=f"{Y.name}_argext", tag="adjoint")[data]
     at = c - const(big, itype)
     pin: dict[IterVar, Expr] = {}
     for k, (a, ext, st) in enumerate(zip(body.axis, extents, strides, strict=True)):

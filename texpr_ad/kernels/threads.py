@@ -104,3 +104,9 @@ def set_num_threads(n: int) -> None:
     process of a pool that already keeps the cores busy."""
     import numba
     numba.set_num_threads(n)
+
+
+def num_threads() -> int:
+    """The threads parallel kernels run on (`numba.get_num_threads`)."""
+    import numba
+    return int(numba.get_num_threads())

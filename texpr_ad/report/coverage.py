@@ -231,11 +231,11 @@ def environment(jobs: int, targets: Sequence[str], workers: bool = False) -> dic
     import sys
     from importlib import metadata
 
-    import numba
+    from ..kernels.threads import num_threads
     torch = sys.modules.get("torch")
     env: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(),
                            "cpu": _cpu_name(), "cpu_count": os.cpu_count(),
-                           "threads": 1 if workers else numba.get_num_threads(),
+                           "threads": 1 if workers else num_threads(),
                            "torch_threads": 1 if workers else torch and torch.get_num_threads(),
                            "jobs": jobs, "targets": list(targets),
                            "cuda_mode": cuda_mode(targets), "cache_dir": str(cache_dir())}
