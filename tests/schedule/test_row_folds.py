@@ -107,3 +107,23 @@ def test_indices_read_from_data_are_computed_and_checked_once_per_row():
         assert "w[ids[n, r], k]" in str(e) or "ids[n, " in str(e), str(e)
     else:
         raise AssertionError("an index past w was not refused")
+
+
+def test_a_data_index_under_a_guard_stays_under_it():
+    """`-1` marks an empty slot (a padded bag): read only where a select or the reduction's
+    where= allows it, so its index is not computed before the row loop, and no call raises."""
+    w = te.placeholder((50, 128), "float32", name="w")
+    ids = te.placeholder((64, 6), "int64", name="ids")
+    r, q = te.reduce_axis((0, 6), "r"), te.reduce_axis((0, 6), "q")
+    by_select = te.compute((64, 128), lambda n, k: te.sum(te.if_then_else(
+        ids[n, r] >= 0, w[ids[n, r], k], 0.0), axis=r), name="y")
+    by_where = te.compute((64, 128), lambda n, k: te.sum(w[ids[n, q], k], axis=q,
+                                                          where=ids[n, q] >= 0), name="y")
+    rng = np.random.default_rng(6)
+    ws = rng.standard_normal((50, 128)).astype(np.float32)
+    iv = rng.integers(-1, 50, (64, 6)).astype(np.int64)
+    want = np.where((iv >= 0)[..., None], ws.astype(np.float64)[np.maximum(iv, 0)], 0).sum(1)
+    for y in (by_select, by_where):
+        kern = ta.build([y], [w, ids])
+        assert kern.plan.stage("y").cpu.accumulate.indices == (), str(kern.plan)
+        np.testing.assert_allclose(kern(ws, iv)[0], want, rtol=1e-5, atol=1e-5)

@@ -57,7 +57,7 @@ import functools
 import itertools
 import math
 from dataclasses import replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 
 from ..te.bounds import bound
@@ -644,12 +644,30 @@ def row_folds(stages: list[Stage], nest: tuple[Node, ...]) -> list[Stage]:
         unroll = ROW_UNROLL if axes and all(always(r.condition) for r in reds) else 1
         for s, w, r in zip(group, wide, reds):
             row = s.cpu.accumulate.row  # type: ignore[union-attr]
-            idx = dict.fromkeys(i for x in walk(r.source[0]) if isinstance(x, Read) for i in x.indices
-                                if all(v is not row for v in walk(i))
+            idx = dict.fromkeys(i for x in _strict_reads(r.source[0]) for i in x.indices
+                                if always(r.condition) and all(v is not row for v in walk(i))
                                 and any(isinstance(v, Read) for v in walk(i)))
             by[s.name] = _cpu(s, accumulate=replace(s.cpu.accumulate, unroll=unroll,  # type: ignore[type-var]
                                                     row_block=per if w else 0, indices=tuple(idx)))
     return [by[s.name] for s in stages]
+
+
+def _strict_reads(e: Expr) -> Iterator[Read]:
+    """The reads of `e` evaluated wherever it is: not in a select's branches, the right side of
+    `&`/`|` or a conditioned reduction (a guard may keep their indices in bounds)."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        match x:
+            case Read():
+                yield x
+                stack += x.indices
+            case Call(op=Op.SELECT | Op.AND | Op.OR, args=(c, *_)):
+                stack.append(c)
+            case Reduce() if not always(x.condition):
+                stack.append(x.condition)
+            case _:
+                stack += children(x)
 
 
 def zeroing(st: ScatterStage, outputs: tuple[Tensor, ...]) -> ScatterStage:
