@@ -15,16 +15,6 @@ from texpr_ad.report import cli
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def no_matrix(monkeypatch):
-    """Record (instead of run) both matrices: a usage error must come before any of them."""
-    calls = []
-    monkeypatch.setattr("texpr_ad.report.coverage.run_coverage", lambda *a, **k: calls.append(a))
-    monkeypatch.setattr("texpr_ad.report.relax_matrix.run_relax_matrix",
-                        lambda *a, **k: calls.append(a))
-    return calls
-
-
 def _usage_error(argv, capsys) -> str:
     assert cli.main(["coverage", *argv, "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()

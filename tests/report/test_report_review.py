@@ -9,16 +9,6 @@ import pytest
 from texpr_ad.report import cli
 
 
-@pytest.fixture
-def no_matrix(monkeypatch):
-    """Record (instead of run) both matrices: a usage error must come before any of them."""
-    calls = []
-    monkeypatch.setattr("texpr_ad.report.coverage.run_coverage", lambda *a, **k: calls.append(a))
-    monkeypatch.setattr("texpr_ad.report.relax_matrix.run_relax_matrix",
-                        lambda *a, **k: calls.append(a))
-    return calls
-
-
 def test_an_ops_glob_that_matches_nothing_is_refused_even_beside_one_that_matches(
         capsys, no_matrix):
     """`--ops relu,reluu` ran relu alone and exited 0: the typo'd operator was silently
