@@ -243,3 +243,41 @@ def test_lanes_are_decided_on_the_collapsed_reduction_loop():
     np.testing.assert_allclose(got, xs.astype(np.float64).mean((2, 3)), rtol=1e-5, atol=1e-6)
     y = te.compute((4, 16), lambda b, f: te.sum(x[b, f, rh, 27 - rw], axis=[rh, rw]), name="y")
     assert ta.build([y], [x]).plan.stage("y").cpu.lanes == 1  # rows stay apart: short, no lanes
+
+
+def test_a_row_accumulated_split_cuts_the_outermost_reduce_axis_long_enough_to_split():
+    """A layer-scale or bias gradient over (batch 8, 512 tokens) of x[a, b, k]: the batch axis
+    is too short to cut into SPLIT_CHUNKS chunks, so the split cuts b, moved outermost (printed
+    with its reason), and the column sum accumulates whole rows along k.  Before, the stage ran
+    prange(k) with a scalar accumulator striding by 96 elements per term.  A reduction whose
+    bounds depend on another axis keeps its order."""
+    from texpr_ad.schedule.cpu import SPLIT_CHUNKS
+    a_, b_, k_ = 8, 512, 96
+    assert a_ < 2 * SPLIT_CHUNKS <= b_
+    x = te.placeholder((a_, b_, k_), "float32", name="x")
+    y = te.placeholder((a_, b_, k_), "float32", name="y")
+    a, b = te.reduce_axis((0, a_), "a"), te.reduce_axis((0, b_), "b")
+    col = te.compute((k_,), lambda k: te.sum(x[a, b, k] * y[a, b, k], axis=[a, b]), name="col")
+    plan = plan_kernel([col], [x, y])
+    acc = plan.stage("col").cpu.accumulate
+    assert acc is not None and acc.split is not None and acc.split.name == "b", str(plan)
+    assert acc.row is not None and acc.row.name == "k", str(plan)
+    assert _axes(plan, "col") == ["b", "a"], str(plan)
+    assert "reordered: reduction loops b > a (written a > b): a split cuts the outermost " \
+           "loop into 16 chunks, and a (8) is shorter than 32" in str(plan), str(plan)
+    r = np.random.default_rng(11)
+    xs, ys = (r.standard_normal((a_, b_, k_)).astype("f4") for _ in range(2))
+    (got,) = ta.build([col], [x, y])(xs, ys)
+    x64 = xs.astype(np.float64)
+    np.testing.assert_allclose(got, (x64 * ys).sum((0, 1)), rtol=1e-5, atol=1e-4)
+
+    def tri(k):  # b's range depends on a: not reorderable, the split stays on a (or none)
+        a3 = te.reduce_axis((0, a_), "a")
+        b3 = te.reduce_axis((0, 64 * a3 + 64), "b")
+        return te.sum(x[a3, b3, k], axis=[a3, b3])
+    t = te.compute((k_,), tri, name="t")
+    plan = plan_kernel([t], [x])
+    assert _axes(plan, "t") == ["a", "b"], str(plan)
+    (got,) = ta.build([t], [x])(xs)
+    want = sum(x64[i, :64 * i + 64].sum(0) for i in range(a_))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

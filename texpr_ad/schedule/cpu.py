@@ -27,7 +27,8 @@ call) get BLAS contractions, memory-order reductions and lanes, not split sums o
 7. accumulate   - a reduction whose reads stream along the innermost data axis but not
                   along the reduction accumulates whole rows (k-i-j order); a reduction
                   with too few output points to parallelize over is split into parallel
-                  partial results over its outermost axis, combined afterwards; a long
+                  partial results over its outermost axis (of a row accumulation: the
+                  outermost long enough, moved outermost), combined afterwards; a long
                   reduction contiguous in its innermost axis is vectorized into SIMD lanes
                   (`lanes`: its sum may regroup; max/min are exact).
 8. fuse         - (fuse.py) consecutive stages share loops, the plan's `nest` (loopnest.py):
@@ -75,7 +76,7 @@ from .cpu_ranges import split_ranges
 from .checks import node_checks, plain
 from .cpu_invariants import FRESH_BYTES, hoist, nbytes, workspace
 from .fuse import first_reduction, fuse
-from .reorder import collapse_rows, reorder_reductions, static_size, tighten
+from .reorder import collapse_rows, reorder_reductions, reorderable, static_size, tighten
 from .fuse import stage_reads as _reads
 from .loopnest import Loop, LoopKind, Node, Place, StageRef, refs
 from .nest import MIN_PARALLEL_CHUNKS, Expander, compute_stage, extent_product
@@ -309,6 +310,7 @@ def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
         st = reorder_reductions(st)
     if ov.get("accumulate", not loop_keys):
         if (acc := _accumulate(st)) is not None:  # split partial results run a chunk prange
+            st = st if acc.split is None else _split_first(st, acc.split)
             return _cpu(st, accumulate=acc, **({} if acc.split is None else SPLIT_LOOPS))
         if (lanes := _lanes(st)) > 1:
             return _cpu(st, lanes=lanes)
@@ -607,7 +609,7 @@ def _accumulate(st: ComputeStage) -> Accumulate | None:
     work = _work(st.axes, st.bodies)
     outer = _work([a for a in st.axes if a is not row], ())
     split = None
-    first = r.axis[0]
+    first = _split_axis(r, row)
     if ((points <= SPLIT_MAX_POINTS or (row is not None and math.isinf(points)))
             and work >= SPLIT_MIN_WORK and outer < MIN_PARALLEL_CHUNKS and not dependent
             and _at_least(first.extent, 2 * SPLIT_CHUNKS)):
@@ -619,6 +621,21 @@ def _accumulate(st: ComputeStage) -> Accumulate | None:
     vector = split is not None and row is None and r.combiner.kind in LANE_KINDS and \
         r.source[0].dtype in ("float32", "float64") and always(r.condition)
     return Accumulate(row, split, SPLIT_CHUNKS if split is not None else 0, vector)
+
+
+def _split_axis(r: Reduce, row: IterVar | None) -> IterVar:
+    """The reduce axis a split cuts: the outermost, or in a row accumulation (a bias gradient
+    over batch 8 x 1024 tokens) where that is too short and the axes may loop in any order, the
+    outermost one that is not, moved outermost; else prange(row), each term a strided scalar."""
+    long = [a for a in r.axis if _at_least(a.extent, 2 * SPLIT_CHUNKS)]
+    return long[0] if row is not None and long and reorderable(r) else r.axis[0]
+
+
+def _split_first(st: ComputeStage, s: IterVar) -> ComputeStage:
+    a = first_reduction(st).axis[0]
+    return st if a is s else reorder_reductions(
+        st, lambda r: (s, *(x for x in r.axis if x is not s)), f"a split cuts the outermost loop "
+        f"into {SPLIT_CHUNKS} chunks, and {a.name} ({a.extent}) is shorter than {2 * SPLIT_CHUNKS}")
 
 
 def row_folds(stages: list[Stage], nest: tuple[Node, ...]) -> list[Stage]:

@@ -89,12 +89,14 @@ def _tightened(r: Reduce) -> Reduce | None:
                    init=tuple(substitute(e, sub) for e in r.init) if sub else r.init)
 
 
-def reorder_reductions(st: ComputeStage) -> ComputeStage:
-    """`st` with each reduction's axes in memory order (see the module docstring)."""
+def reorder_reductions(st: ComputeStage, order: Callable[[Reduce], tuple[IterVar, ...]] | None
+                       = None, why: str = "innermost the axis read at the smallest stride"
+                       ) -> ComputeStage:
+    """`st` with each reduction's axes in memory order (see the module docstring), or `order`'s."""
     done: dict[tuple, tuple[IterVar, ...]] = {}
     for r in (x for b in st.bodies for x in walk(b) if isinstance(x, Reduce)):
         if r.loop_key not in done:
-            done[r.loop_key] = _memory_order(r)
+            done[r.loop_key] = (order or _memory_order)(r)
     new = {k: v for k, v in done.items() if v != k[2]}
     if not new:
         return st
@@ -104,17 +106,21 @@ def reorder_reductions(st: ComputeStage) -> ComputeStage:
             return replace(x, axis=new[x.loop_key])
         return None
     notes = [f"reordered: reduction loops {' > '.join(a.name for a in axes)} (written "
-             f"{' > '.join(a.name for a in key[2])}): innermost the axis read at the smallest "
-             f"stride" for key, axes in new.items()]
+             f"{' > '.join(a.name for a in key[2])}): {why}" for key, axes in new.items()]
     bodies = tuple(transform(b, fn) for b in st.bodies)
     return replace(st, bodies=bodies, reduction=reduction_notes(bodies, st.axes),
                    notes=(*st.notes, *notes))
 
 
+def reorderable(r: Reduce) -> bool:
+    """Whether `r`'s axes may loop in any order: a sum, max or min over independent axes."""
+    return len(r.axis) > 1 and r.combiner.kind in KINDS and not any(
+        isinstance(v, IterVar) for a in r.axis for e in (a.lo, a.extent) for v in walk(e))
+
+
 def _memory_order(r: Reduce) -> tuple[IterVar, ...]:
     """`r`'s axes, largest read stride first, or as written where reordering is not sound."""
-    if len(r.axis) < 2 or r.combiner.kind not in KINDS or any(
-            isinstance(v, IterVar) for a in r.axis for e in (a.lo, a.extent) for v in walk(e)):
+    if not reorderable(r):
         return r.axis
     stride = {a: math.inf for a in r.axis}
     reads = [x for s in r.source for x in walk(s) if isinstance(x, Read)]
