@@ -18,7 +18,7 @@ BUDGET = {
     "te": 2868,
     "deriv": 1750,
     "ops": 2700,
-    "schedule": 3865,
+    "schedule": 3874,
     "kernels": 3524,
     "relax_bridge": 3346,
     "report": 1465,

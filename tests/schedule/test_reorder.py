@@ -281,3 +281,36 @@ def test_a_row_accumulated_split_cuts_the_outermost_reduce_axis_long_enough_to_s
     (got,) = ta.build([t], [x])(xs)
     want = sum(x64[i, :64 * i + 64].sum(0) for i in range(a_))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_a_row_accumulation_over_short_rows_runs_one_row_over_both_dims():
+    """AlexNet's local response norm sums x[n, c + r - 2, h, w]^2 over 5 channels: a row
+    accumulation along w, whose rows of 20 are too short to vectorize; h and w index whole
+    adjacent dims of every read, so the row is h * w = 240 long, written through a view (the
+    plan says so).  Before, the row was w alone.  A read of w alone keeps the rows of 20."""
+    n, c, h, w = 2, 32, 12, 20
+    x = te.placeholder((n, c, h, w), "float32", name="x")
+    wv = te.placeholder((w,), "float32", name="wv")
+
+    def lrn_sum(wt):
+        r = te.reduce_axis((0, 5), "r")
+        def body(b, f, i, j):
+            cc = f + r - 2
+            v = te.if_then_else(te.all(cc >= 0, cc < c), x[b, cc, i, j], 0.0)
+            return te.sum(v * v * (1.0 if wt is None else wt[j]), axis=r)
+        return te.compute((n, c, h, w), body, name="s")
+    s, s2 = lrn_sum(None), lrn_sum(wv)
+    plan, plan2 = plan_kernel([s], [x]), plan_kernel([s2], [x, wv])
+    acc = plan.stage("s").cpu.accumulate
+    assert acc is not None and acc.row is not None and acc.row.name == "i_j", str(plan)
+    assert "collapsed: loops i > j run as one loop i_j of 240" in str(plan), str(plan)
+    acc2 = plan2.stage("s").cpu.accumulate
+    assert acc2 is not None and acc2.row is not None and acc2.row.name == "j", str(plan2)
+    xs = np.random.default_rng(17).standard_normal((n, c, h, w)).astype("f4")
+    ws = np.random.default_rng(18).standard_normal(w).astype("f4")
+    sq = np.pad(xs.astype(np.float64) ** 2, ((0, 0), (2, 2), (0, 0), (0, 0)))
+    want = sum(sq[:, k:k + c] for k in range(5))
+    (got,) = ta.build([s], [x])(xs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    (got,) = ta.build([s2], [x, wv])(xs, ws)
+    np.testing.assert_allclose(got, want * ws, rtol=1e-5, atol=1e-5)

@@ -161,17 +161,28 @@ def collapse_rows(stages: list[Stage], nest: tuple[Node, ...], inputs: tuple[Ten
                                     for t in (st.tensors if isinstance(st, ComputeStage)
                                               else (st.tensor,)) if t is not None}
     m = _Merge(ok)
+    loose = {r.name for n in nest if not isinstance(n, Loop) for r in refs((n,))}
     out = {st.name: (collapse_reductions(st, m) if _reduces(st) else
                      collapse_data_rows(st, m) if st.name not in rows else st)
            if isinstance(st, ComputeStage) and st.name not in fixed and
            st.cpu.accumulate is None and st.cpu.contraction is None and st.cpu.split is None
-           else st for st in stages}
+           else _collapse_row(st, m) if st.name in loose else st for st in stages}
     for n in nest:
         for g in (_loops(n) if isinstance(n, Loop) else ()):
             names = [r.name for r in refs((g,))]
             if g.kind is LoopKind.SIBLINGS and len({_reduce_axes(out[k]) for k in names}) > 1:
                 out.update({k: st for st in stages if (k := st.name) in names})
     return [out[st.name] for st in stages]
+
+
+def _collapse_row(st: Stage, m: _Merge) -> Stage:
+    """A row accumulation (no split) whose row is short, merged with the data axis outside it
+    as `collapse_data_rows` merges an elementwise stage's: the longer row vectorizes."""
+    acc = st.cpu.accumulate
+    if not isinstance(st, ComputeStage) or acc is None or acc.row is None or acc.split is not None:
+        return st
+    got = collapse_data_rows(st, m)
+    return st if got is st else with_cpu(got, accumulate=replace(acc, row=got.order[-1]))
 
 
 def _loops(n: Loop) -> Iterator[Loop]:
@@ -186,9 +197,9 @@ def _reduces(st: ComputeStage) -> bool:
 
 
 def collapse_data_rows(st: ComputeStage, m: _Merge) -> ComputeStage:
-    """Elementwise `st` with its two innermost (serial) loops merged when they are adjacent dims
-    of its arrays, short, and index only whole adjacent dims of what it reads: it writes and
-    reads through views (its own arrays are allocated whole, then viewed)."""
+    """Elementwise (or row-accumulated) `st` with its two innermost (serial) loops merged when
+    they are adjacent dims of its arrays, short, and index only whole adjacent dims of what it
+    reads: it writes and reads through views (its own arrays are allocated whole, then viewed)."""
     serial = st.order[st.fused if st.parallel else 0:]
     if len(serial) < 2 or any(t is None for t in st.tensors):
         return st
