@@ -137,7 +137,11 @@ def derived_gradient(orig_var: Any, orig_call: Any, output_grad: Any, ctx: Any) 
         return no_grad_gradient(orig_var, orig_call, output_grad, ctx)
     op = str(orig_call.op.name)
     own = own_te.build(orig_call, orig_var, ctx.emit) if op in own_te.OWN_TE else None
-    cap = capture(orig_call) if own is None else None
+    try:
+        cap = capture(orig_call) if own is None else None
+    except NotDerivable as e:  # a dtype TVM cannot legalize the op in: a TexprError, not a crash
+        raise BridgeError(f"{e}, for the call with arguments "
+                          f"{', '.join(str(a.ty) for a in orig_call.args)}") from e
     sources = own.values if own is not None else cap.values
     args = list(orig_call.args)
     values = [ctx.emit(v) if isinstance(v, relax.TupleGetItem) else v for v in sources]

@@ -12,9 +12,10 @@
 (inputs, targets, parameters, buffers) returning (loss, updated buffers), so BatchNorm running
 statistics are computed in the graph and fed back each step.  It runs PyTorch's decompositions
 (TVM 0.27's importer miscomputes `aten.batch_norm` and `aten.cross_entropy_loss` as they are, and
-returns zeros for a functional batch norm's new statistics), refuses by name the ops the importer
-cannot convert, imports the program with `from_exported_program` (adding the `amax`, `amin`,
-`min(dim)` and `prod(dim)` it lacks), gives constant dynamic slices a shape
+returns zeros for a functional batch norm's new statistics), keeps detach and torch.no_grad() as
+stop-gradients, refuses by name the ops the importer cannot convert and random ops, imports the
+program with `from_exported_program` (adding the `amax`, `amin`, `min(dim)` and `prod(dim)` it
+lacks; matmul and conv in their inputs' dtype), gives constant dynamic slices a shape
 (`static_strided_slices`), registers the gradients TVM lacks (`register_missing_gradients`),
 differentiates it with `relax.transform.Gradient`, and compiles it with the step of TVM's own
 optimizer (`relax.training.optimizer`: SGD, MomentumSGD, Adam) matching the `torch.optim` one.
@@ -24,9 +25,13 @@ compared with PyTorch on the example batch; a disagreeing forward is refused wit
 """
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib
+import inspect
 import time
 from collections import Counter
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -79,15 +84,30 @@ def _init(opt: Any, params: list[Any]) -> Any:
     return opt.init(params)
 
 
-def _decompositions() -> dict[Any, Any]:
+def trained(model: Any, opt: Any) -> list[str]:
+    """The names of the parameters of `model` that `opt` updates (with requires_grad), as
+    PyTorch trains them: those it does not hold stay as they are."""
+    held = {id(p) for p in opt.param_groups[0]["params"]}
+    named = dict(model.named_parameters())
+    if held - {id(p) for p in named.values()}:
+        raise TorchTrainError("train_torch: the optimizer holds tensors that are not parameters "
+                              "of the model; give it model.parameters() or some of them")
+    return [k for k, p in named.items() if p.requires_grad and id(p) in held]
+
+
+def _decompositions(wide: bool = False) -> dict[Any, Any]:
     """torch.export's default table, plus batch norm in training mode (the importer returns zeros
     for its new running statistics), elu (the importer drops its scale and input_scale: selu,
-    celu) and var_mean (which the importer lacks) as var and mean."""
+    celu) and var_mean (which the importer lacks) as var and mean; less detach, which it turns into
+    an alias (the stop-gradient lost).  `wide` (a model not in float16/32) adds the norms TVM 0.27
+    legalizes in float16/32 only (NARROW_NORMS)."""
     import torch
     from torch._decomp import get_decompositions
     aten = torch.ops.aten
     table = torch.export.default_decompositions()
-    table.update(get_decompositions([aten._native_batch_norm_legit_functional, aten.elu]))
+    table.pop(aten.detach.default, None)
+    table.update(get_decompositions([aten._native_batch_norm_legit_functional, aten.elu,
+                                     *(getattr(aten, n) for n in NARROW_NORMS if wide)]))
 
     def var_mean(x: Any, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
         return (aten.var.correction(x, dim, correction=correction, keepdim=keepdim),
@@ -95,6 +115,9 @@ def _decompositions() -> dict[Any, Any]:
 
     table[aten.var_mean.correction] = var_mean
     return table
+
+
+NARROW_NORMS = ("native_layer_norm", "native_group_norm", "_native_batch_norm_legit")  # instance
 
 
 def _reduce(op: Any, arg: bool = False) -> Any:
@@ -141,11 +164,79 @@ def _select(node: Any, imp: Any) -> Any:
     return imp.block_builder.emit(relax.op.squeeze(sl, [dim]))
 
 
+def _detach(node: Any, imp: Any) -> Any:
+    """`aten.detach` as Relax's stop-gradient (the importer's is the identity: `x.detach()` in a
+    model or loss was differentiated through)."""
+    from tvm import relax
+    return imp.block_builder.emit(relax.op.grad.no_grad(imp.env[node.args[0]]))
+
+
+def _cat(node: Any, imp: Any) -> Any:
+    """`aten.cat` of one tensor as that tensor (nn.LSTM over one step exports it): TVM 0.27's
+    concat gradient gives a tensor where Gradient wants a tuple ('Expected nested to match
+    tuple')."""
+    return imp.env[node.args[0][0]] if len(node.args[0]) == 1 else imp._cat(node)
+
+
+def _pool(method: str) -> Any:
+    """The importer's max pool converter `method` with an empty stride written out as PyTorch
+    reads it, the kernel size (`F.max_pool2d(x, 2, ceil_mode=True)` exports `[]`, which TVM
+    0.27's op rejects)."""
+
+    def convert(node: Any, imp: Any) -> Any:
+        if len(node.args) > 2 and not node.args[2]:
+            node.args = (*node.args[:2], node.args[1], *node.args[3:])  # the same op in PyTorch
+        return getattr(imp, method)(node)
+
+    return convert
+
+
+MAX_POOLS = ("max_pool1d", "max_pool2d", "max_pool2d_with_indices", "max_pool3d",
+             "max_pool3d_with_indices")
+
+
 def _convert() -> dict[str, Any]:
     from tvm.relax import op
+    pools = {f"{k}.default": _pool(f"_{k}") for k in MAX_POOLS}
     return {"amax.default": _reduce(op.max), "amin.default": _reduce(op.min),
             "min.dim": _reduce(op.min, True), "prod.dim_int": _reduce(op.prod),
-            "embedding.default": _embedding, "select.int": _select}
+            "embedding.default": _embedding, "select.int": _select, "detach.default": _detach,
+            "cat.default": _cat, **pools}
+
+
+PRODUCTS = {"linear_algebra": ("matmul",), "nn": (
+    "conv1d", "conv2d", "conv3d", "conv1d_transpose", "conv2d_transpose")}
+
+
+def _in_input_dtype(f: Callable[..., Any]) -> Callable[..., Any]:
+    """`f` (a Relax op taking `out_dtype`) with out_dtype 'float32' read as its input's dtype."""
+    sig = inspect.signature(f)
+
+    @functools.wraps(f)
+    def op(*args: Any, **kwargs: Any) -> Any:
+        b = sig.bind(*args, **kwargs)
+        dtype = getattr(getattr(b.args[0], "ty", None), "dtype", None)
+        if b.arguments.get("out_dtype") == "float32" and dtype is not None:
+            b.arguments["out_dtype"] = str(dtype)
+        return f(*b.args, **b.kwargs)
+
+    return op
+
+
+@contextlib.contextmanager
+def products_in_input_dtype() -> Iterator[None]:
+    """While importing: TVM 0.27's importer asks matmul, linear and conv for out_dtype='float32'
+    whatever their inputs' dtype (a float64 model failed with 'Binary operators must have the same
+    datatype'); they compute in the inputs' dtype, as PyTorch's do."""
+    saved = [(m, n, getattr(m, n)) for k, names in PRODUCTS.items()
+             for m in [importlib.import_module(f"tvm.relax.op.{k}")] for n in names]
+    try:
+        for m, n, f in saved:
+            setattr(m, n, _in_input_dtype(f))
+        yield
+    finally:
+        for m, n, f in saved:
+            setattr(m, n, f)
 
 
 HINTS = {"scatter_add.default": "a one-hot matmul: F.one_hot(index, n).to(x.dtype) and @",
@@ -165,8 +256,16 @@ def _where(node: Any) -> str:
 
 def check_importable(ep: Any) -> None:
     """Refuse, by name, the ops of `ep` TVM 0.27's importer cannot convert (its own check is a bare
-    AssertionError 'Unsupported function types'): one per op, at the model's source line."""
+    AssertionError 'Unsupported function types'): one per op, at the model's source line; and
+    random ops (dropout in train mode, randn_like), which TVM cannot draw as PyTorch does."""
+    import torch
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+    for n in ep.graph.nodes:
+        if torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ()):
+            raise TorchTrainError(
+                f"train_torch: {n.target} (node {n.name!r}{_where(n)}) draws random numbers, which "
+                "TVM cannot draw as PyTorch does (its dropout is the identity): train dropout with "
+                "p=0 or in model.eval(), and pass other noise in as an input")
     known = {*ExportedProgramImporter().convert_map, *_convert()}
     first: dict[str, Any] = {}
     for n in ep.graph.nodes:
@@ -180,6 +279,51 @@ def check_importable(ep: Any) -> None:
             "ops the importer supports; train_torch converts aten." + ", aten.".join(_convert())
             + " itself")
 
+
+
+def detach_no_grad(ep: Any) -> Any:
+    """`ep` with the outputs of its `torch.no_grad()` blocks detached: decomposing inlines a block
+    (wrap_with_set_grad_enabled) and loses that it computes no gradient."""
+    import torch
+    g = ep.graph
+    for n in list(g.nodes):
+        if n.target is torch.ops.higher_order.wrap_with_set_grad_enabled and not n.args[0]:
+            for u in list(n.users):  # getitem of each output
+                with g.inserting_after(u):
+                    d = g.call_function(torch.ops.aten.detach.default, (u,))
+                d.meta = dict(u.meta)
+                u.replace_all_uses_with(d, delete_user_cb=lambda x, d=d: x is not d)
+    ep.graph_module.recompile()
+    return ep
+
+
+def drop_asserts(ep: Any) -> Any:
+    """`ep` without its `_assert_async` checks (F.one_hot's class range) and what only they read:
+    with one, TVM 0.27's importer makes an impure function without a dataflow block, which
+    Gradient rejects ('now only support one dataflow block')."""
+    g = ep.graph
+    for n in [n for n in g.nodes if str(n.target).startswith("aten._assert_async")]:
+        g.erase_node(n)
+    g.eliminate_dead_code()
+    ep.graph_module.recompile()
+    return ep
+
+
+def import_program(ep: Any, bind_tuple: bool = False) -> tuple[Any, Any]:
+    """(the importer, `ep` imported by TVM 0.27's importer with train_torch's converters, returning
+    a tuple even of one); an importer failure names the op it failed on and the model's line."""
+    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+    imp = ExportedProgramImporter()
+    try:
+        with products_in_input_dtype():
+            return imp, imp.from_exported_program(ep, False, False, not bind_tuple, _convert())
+    except Exception as e:  # noqa: BLE001 - TVM's converters raise anything; say where
+        n = next((n for n in ep.graph.nodes if n.op == "call_function" and n not in imp.env),
+                 None)
+        at = f"{n.target} (node {n.name!r}{_where(n)})" if n is not None else "the program"
+        msg = (str(e).strip().splitlines() or [""])[-1][:200]
+        raise TorchTrainError(f"train_torch: TVM 0.27's importer fails on {at}: "
+                              f"{type(e).__name__}: {msg}. Rewrite that op in other ops") from e
 
 
 class _Step:
@@ -211,6 +355,11 @@ class _Step:
         return Step()
 
 
+def _wide(args: Sequence[Any]) -> bool:
+    """Whether a float tensor of `args` is wider than float32 (a float64 model)."""
+    return any(a.is_floating_point() and a.element_size() > 4 for a in args)
+
+
 def _tuple(x: Any) -> tuple[Any, ...]:
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
@@ -237,7 +386,6 @@ class TorchTrainer:
         import torch
         import tvm
         from tvm import relax
-        from tvm.relax.frontend.torch import from_exported_program
         from .api import prepare_for_build, static_strided_slices
         from .relax_ops import register_missing_gradients
         if not isinstance(model, torch.nn.Module):
@@ -246,22 +394,21 @@ class TorchTrainer:
         opt = _optimizer(optimizer)  # refuse an unsupported optimizer before compiling
         inputs, targets = _tuple(example_inputs), _tuple(example_targets)
         named = dict(model.named_parameters())
-        self.param_names = [k for k, p in named.items() if p.requires_grad]
-        self.buffer_names = [k for k, p in named.items() if not p.requires_grad] + [
+        self.param_names = trained(model, optimizer)
+        self.buffer_names = [k for k in named if k not in self.param_names] + [
             k for k, _ in model.named_buffers()]
         self._step = _Step(model, loss_fn, len(inputs), self.param_names, self.buffer_names)
         self._n_data = len(inputs) + len(targets)
         sd = {**named, **dict(model.named_buffers())}
         state = [sd[k].detach().clone() for k in self.param_names + self.buffer_names]
         args = (*inputs, *targets, *state)
-        ep = torch.export.export(self._step.module(), args)
-        self._ep = ep = ep.run_decompositions(_decompositions()) if decompose else ep
+        ep = detach_no_grad(torch.export.export(self._step.module(), args))
+        ep = ep.run_decompositions(_decompositions(_wide(args))) if decompose else ep
+        self._ep = ep = drop_asserts(ep)
         check_importable(ep)
         self.decompose = decompose
         t0 = time.perf_counter()
-        mod = static_strided_slices(from_exported_program(  # constant dynamic slices get shapes
-            ep, run_ep_decomposition=False, no_bind_return_tuple=True,
-            custom_convert_map=_convert()))  # a tuple even for the loss
+        mod = static_strided_slices(import_program(ep)[1])  # constant dynamic slices: shapes
         main = mod["main"]
         self.ops = Counter(str(b.value.op.name) for blk in main.body.blocks for b in blk.bindings
                            if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op))
@@ -377,9 +524,7 @@ def first_disagreeing_node(ep: Any, args: Sequence[Any]) -> tuple[Any, float]:
     import torch
     import tvm
     from tvm import relax
-    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
-    imp = ExportedProgramImporter()
-    mod = imp.from_exported_program(ep, False, False, False, _convert())
+    imp, mod = import_program(ep, bind_tuple=True)
     main = mod["main"]
     bound = {str(b.var.name): b.var for blk in main.body.blocks for b in blk.bindings}
     probes = [(n, bound[str(v.name)]) for n, v in imp.env.items()
@@ -421,7 +566,8 @@ def train_torch(model: Any, example_inputs: Any, loss_fn: Callable[..., Any], op
     `loss_fn(model(*inputs), *targets)` is the loss; `example_inputs` and `example_targets` (a
     tensor or a tuple of them) fix the shapes and are the batch the forward and the first-step
     gradients are checked on.  `optimizer` is a `torch.optim.SGD` or `torch.optim.Adam` over the
-    model's parameters; its hyperparameters select TVM's matching optimizer.  The model is trained
+    model's parameters or some of them (the others are not trained, as in PyTorch); its
+    hyperparameters select TVM's matching optimizer.  The model is trained
     in its current mode (train mode: BatchNorm normalizes with batch statistics and its running
     statistics are updated every step).  `decompose=False` imports torch's ops as they are (TVM
     0.27 miscomputes some; the forward check then refuses them).  The model itself is not changed;
