@@ -198,3 +198,35 @@ def test_only_the_parameters_the_optimizer_holds_are_trained() -> None:
     with pytest.raises(TorchTrainError, match="not parameters of the model"):
         train_torch(model, x, F.cross_entropy, torch.optim.SGD([nn.Parameter(first)], lr=0.5),
                     example_targets=T)
+
+
+# (f) A loss that is not a float scalar stopped in TVM's Gradient pass with an InternalError; a
+#     step torch.export cannot trace (BatchNorm(momentum=None) reads float(num_batches_tracked))
+#     raised torch's GuardOnDataDependentSymNode; a learning rate changed after compiling (a torch
+#     LR scheduler) was silently ignored. All are TorchTrainErrors now.
+@pytest.mark.parametrize("loss_fn, what", [
+    (lambda o, t: F.cross_entropy(o, t, reduction="none"), r"dtype float32 and shape \(5,\)"),
+    (lambda o, t: o.argmax(1).sum(), r"dtype int64 and shape \(\)")], ids=["vector", "int"])
+def test_a_loss_that_is_not_a_float_scalar_is_refused(loss_fn, what) -> None:
+    model = _Head(torch.tanh)
+    with pytest.raises(TorchTrainError, match="loss_fn must return a float scalar .*" + what):
+        train_torch(model, torch.randn(5, 4), loss_fn, torch.optim.SGD(model.parameters(), lr=0.5),
+                    example_targets=T)
+
+
+def test_a_step_torch_export_cannot_trace_is_refused() -> None:
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3, momentum=None))
+    with pytest.raises(TorchTrainError, match=r"torch.export cannot trace .*BatchNorm\(momentum"):
+        train_torch(model, torch.randn(5, 4), F.cross_entropy,
+                    torch.optim.SGD(model.parameters(), lr=0.5), example_targets=T)
+
+
+def test_a_learning_rate_changed_after_compiling_is_refused() -> None:
+    model, x = _Head(torch.tanh), torch.randn(5, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    trainer = train_torch(model, x, F.cross_entropy, opt, example_targets=T)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1, 0.5)
+    trainer.step(x, T)
+    sched.step()
+    with pytest.raises(TorchTrainError, match=r"optimizer's lr changed since compiling"):
+        trainer.step(x, T)

@@ -71,6 +71,13 @@ def _optimizer(opt: Any) -> Any:
                           "(momentum without dampening) or torch.optim.Adam")
 
 
+def _hyper(opt: Any) -> dict[str, Any]:
+    """The hyperparameters of `opt` (one parameter group) that select and build TVM's optimizer."""
+    g = opt.param_groups[0]
+    return {k: g[k] for k in ("lr", "momentum", "dampening", "nesterov", "weight_decay", "betas",
+                              "eps") if k in g}
+
+
 def _init(opt: Any, params: list[Any]) -> Any:
     """`opt.init(params)`, its dtype a string: TVM 0.27 keeps a PrimType there, which NumPy 2
     refuses when Adam and MomentumSGD build their state."""
@@ -297,6 +304,26 @@ def detach_no_grad(ep: Any) -> Any:
     return ep
 
 
+def export(step: Any, args: tuple[Any, ...]) -> Any:
+    """torch.export of the step, its failure and a loss that is not a float scalar (TVM's
+    Gradient aborts on it) raised as TorchTrainErrors."""
+    import torch
+    try:
+        ep = torch.export.export(step, args)
+    except Exception as e:  # noqa: BLE001 - torch.export raises many kinds; keep the first line
+        raise TorchTrainError(
+            f"train_torch: torch.export cannot trace loss_fn(model(*inputs), *targets): "
+            f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]} (a Python "
+            "number read from a tensor, as .item(), float(t) or BatchNorm(momentum=None) do, or "
+            "a branch on tensor values cannot be traced: write it with tensor ops)") from e
+    loss = next(n for n in ep.graph.nodes if n.op == "output").args[0][0].meta["val"]
+    if loss.ndim or not loss.is_floating_point():
+        raise TorchTrainError(f"train_torch: loss_fn must return a float scalar (0-d), got dtype "
+                              f"{str(loss.dtype).removeprefix('torch.')} and shape "
+                              f"{tuple(loss.shape)}: reduce it to one float (.mean(), .sum())")
+    return ep
+
+
 def drop_asserts(ep: Any) -> Any:
     """`ep` without its `_assert_async` checks (F.one_hot's class range) and what only they read:
     with one, TVM 0.27's importer makes an impure function without a dataflow block, which
@@ -392,6 +419,7 @@ class TorchTrainer:
             raise TorchTrainError(f"train_torch: model must be a torch.nn.Module, got "
                                   f"{type(model).__name__}")
         opt = _optimizer(optimizer)  # refuse an unsupported optimizer before compiling
+        self._torch_opt, self._hyper = optimizer, _hyper(optimizer)
         inputs, targets = _tuple(example_inputs), _tuple(example_targets)
         named = dict(model.named_parameters())
         self.param_names = trained(model, optimizer)
@@ -402,7 +430,7 @@ class TorchTrainer:
         sd = {**named, **dict(model.named_buffers())}
         state = [sd[k].detach().clone() for k in self.param_names + self.buffer_names]
         args = (*inputs, *targets, *state)
-        ep = detach_no_grad(torch.export.export(self._step.module(), args))
+        ep = detach_no_grad(export(self._step.module(), args))
         ep = ep.run_decompositions(_decompositions(_wide(args))) if decompose else ep
         self._ep = ep = drop_asserts(ep)
         check_importable(ep)
@@ -500,6 +528,11 @@ class TorchTrainer:
 
     def step(self, inputs: Any, targets: Any = ()) -> float:
         """One training step (forward, backward, optimizer update) on a batch; returns the loss."""
+        changed = sorted(k for k, v in _hyper(self._torch_opt).items() if v != self._hyper[k])
+        if changed:  # a torch LR scheduler, say: TVM's step has them compiled in
+            raise TorchTrainError(f"train_torch: the optimizer's {', '.join(changed)} changed "
+                                  f"since compiling ({self._hyper} -> {_hyper(self._torch_opt)}); "
+                                  "TVM's step has them built in: call train_torch again")
         outs, grads = self._run(_tuple(inputs), _tuple(targets))
         self._buffers = list(outs)[1:]
         new_params, self._opt_state = self._vm["optimizer"](self._params, grads, self._opt_state)
