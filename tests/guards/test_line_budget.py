@@ -20,7 +20,7 @@ BUDGET = {
     "ops": 2700,
     "schedule": 3874,
     "kernels": 3524,
-    "relax_bridge": 3495,
+    "relax_bridge": 3512,
     "report": 1465,
     "testing": 500,
 }

@@ -230,3 +230,20 @@ def test_a_learning_rate_changed_after_compiling_is_refused() -> None:
     sched.step()
     with pytest.raises(TorchTrainError, match=r"optimizer's lr changed since compiling"):
         trainer.step(x, T)
+
+
+def test_a_batch_unlike_the_example_is_named() -> None:
+    """(g) A last, smaller batch (DataLoader(drop_last=False)), another dtype or a missing target
+    stopped in TVM's VM with a bare 'match_cast error' / dtype / argument-count check."""
+    model, x = _Head(torch.tanh), torch.randn(5, 4)
+    trainer = train_torch(model, x, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.5),
+                          example_targets=T)
+    with pytest.raises(TorchTrainError, match=r"inputs\[0\] has shape \(3, 4\) .*\(5, 4\).*"
+                       r"drop_last=True"):
+        trainer.step(x[:3], T[:3])
+    with pytest.raises(TorchTrainError, match=r"targets\[0\] has shape \(5,\) and dtype int32"):
+        trainer.step(x, T.int())
+    with pytest.raises(TorchTrainError, match="the step takes 1 targets, as the example batch, "
+                       "got 0"):
+        trainer.step(x)
+    trainer.step(x.numpy(), T.numpy())  # arrays of the example's shape and dtype are fine

@@ -427,6 +427,7 @@ class TorchTrainer:
             k for k, _ in model.named_buffers()]
         self._step = _Step(model, loss_fn, len(inputs), self.param_names, self.buffer_names)
         self._n_data = len(inputs) + len(targets)
+        self._specs = [_spec(a) for a in inputs], [_spec(a) for a in targets]
         sd = {**named, **dict(model.named_buffers())}
         state = [sd[k].detach().clone() for k in self.param_names + self.buffer_names]
         args = (*inputs, *targets, *state)
@@ -458,7 +459,20 @@ class TorchTrainer:
 
     def _run(self, inputs: Sequence[Any], targets: Sequence[Any]) -> tuple[Any, Any]:
         import tvm
-        data = [tvm.runtime.tensor(np.array(_np(a), order="C")) for a in (*inputs, *targets)]
+        arrays = [np.array(_np(a), order="C") for a in inputs], [np.array(_np(a), order="C")
+                                                                 for a in targets]
+        for kind, want, got in zip(("inputs", "targets"), self._specs, arrays):
+            if len(got) != len(want):
+                raise TorchTrainError(f"train_torch: the step takes {len(want)} {kind}, as the "
+                                      f"example batch, got {len(got)}")
+            for k, (w, a) in enumerate(zip(want, got)):
+                if _spec(a) != w:  # TVM's VM would stop with a bare shape or dtype check
+                    raise TorchTrainError(
+                        f"train_torch: {kind}[{k}] has shape {_spec(a)[0]} and dtype "
+                        f"{_spec(a)[1]}; the step is compiled for the example batch's {w[0]} and "
+                        f"{w[1]}: use batches of that shape (DataLoader(drop_last=True)) and dtype, "
+                        "or call train_torch for this one")
+        data = [tvm.runtime.tensor(a) for a in (*arrays[0], *arrays[1])]
         return self._vm["main_adjoint"](*data, *self._params, *self._buffers)
 
     def check_gradients(self, inputs: Any, targets: Any = (),
@@ -544,6 +558,11 @@ class TorchTrainer:
         import torch
         return {k: torch.from_numpy(t.numpy().copy()) for k, t in
                 zip(self.param_names + self.buffer_names, [*self._params, *self._buffers])}
+
+
+def _spec(a: Any) -> tuple[tuple[int, ...], str]:
+    """(shape, dtype name) of a tensor or array."""
+    return tuple(a.shape), str(a.dtype).removeprefix("torch.")
 
 
 def _np(a: Any) -> np.ndarray:
