@@ -148,7 +148,7 @@ class CPURender(CPUFold):
             self.recip = {}
             self.hoist_values(depth, st, envs[-1])
             recips.append(self.recip)
-        for a in stages[0].order[1:]:
+        for a in stages[0].order[stages[0].fused:]:
             self.range_loop(depth, a, {})
             depth += 1
         reds = [reduce_groups(st.bodies)[0] for st in stages]
@@ -202,7 +202,7 @@ class CPURender(CPUFold):
         r = red[0]
         t = e.tensors[0]
         assert t is not None
-        levels = self.fold_levels(e.order[1], self.names.fresh(f"{st.name}_acc"), st.name, {},
+        levels = self.fold_levels(e.order[e.fused], self.names.fresh(f"{st.name}_acc"), st.name, {},
                                   wide_sum(r))
 
         def store_and_step(d: int) -> str:
@@ -295,8 +295,8 @@ class CPURender(CPUFold):
                                     if isinstance(n, Loop) and n.kind is LoopKind.STEPPED])
 
     def prange(self, loop: Loop) -> None:
-        """Stages sharing one prange over their (equal) first parallel axis, in order: a row
-        buffer is allocated in it, without the parallel dim; a ROW loop is its producer's row
+        """Stages sharing one prange over their (equal) leading parallel axes, in order: a row
+        buffer is allocated in it, without the parallel dims; a ROW loop is its producer's row
         loop with the reduction folded in."""
         refs_ = list(refs((loop,)))
         group = [self.plan.stage(r.name) for r in refs_]
@@ -304,12 +304,13 @@ class CPURender(CPUFold):
             self.scope = st.name
             self.emit(1, f"# stage {st.name}: {_describe(st, k > 0)}")  # type: ignore[arg-type]
             if ref.place is Place.ROW_BUFFER:
-                d = st.axes.index(st.order[0])  # type: ignore[union-attr]
-                self.row_dim.update({id(t): d for t in st.tensors if t is not None})  # type: ignore[union-attr]
+                dims = tuple(st.axes.index(a) for a in st.parallel_axes)  # type: ignore[union-attr]
+                self.row_dim.update({id(t): dims for t in st.tensors if t is not None})  # type: ignore[union-attr]
             else:
                 self.allocate(1, st, st.axes)  # type: ignore[arg-type]
         var = self.names.fresh(f"{group[0].name}_p")
-        self.parallel_head(1, var, top(self.expr(group[0].order[0].extent, {})))
+        self.parallel_head(1, var, " * ".join(top(self.expr(a.extent, {}))
+                                              for a in group[0].parallel_axes))  # type: ignore[union-attr]
         for node in loop.body:
             members = list(refs((node,)) if isinstance(node, Loop) and
                            node.kind is LoopKind.SIBLINGS else (next(refs((node,))),))
@@ -318,17 +319,21 @@ class CPURender(CPUFold):
                 assert isinstance(st, ComputeStage)
                 self.scope = st.name
                 if ref.place is Place.ROW_BUFFER:
-                    self.allocate(2, st, [a for a in st.axes if a is not st.order[0]])
-            self.emit(2, f"{self.axis(st.order[0])} = {var}  # stage "
-                         f"{', '.join(r.name for r in members)}")
+                    self.allocate(2, st, [a for a in st.axes if a not in st.parallel_axes])
             assert isinstance(st, ComputeStage)
+            if st.fused > 1:
+                self.emit(2, f"# stage {', '.join(r.name for r in members)}")
+                self.unflatten(2, var, st.parallel_axes)
+            else:
+                self.emit(2, f"{self.axis(st.order[0])} = {var}  # stage "
+                             f"{', '.join(r.name for r in members)}")
             if len(members) > 1:
                 self.siblings(2, [self.plan.stage(r.name) for r in members])  # type: ignore[misc]
             elif isinstance(node, Loop):
                 folded = self.plan.stage(node.body[1].name)  # type: ignore[union-attr]
                 self.row_and_fold(2, st, folded)  # type: ignore[arg-type]
             else:
-                self.loops_and_body(st, 2, st.order[1:])
+                self.loops_and_body(st, 2, st.order[st.fused:])
 
     def contraction(self, st: ComputeStage) -> None:
         """`np.matmul` on permuted/reshaped views, in object mode (BLAS through NumPy)."""

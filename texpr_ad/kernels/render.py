@@ -215,7 +215,7 @@ class RenderPass:
         self.scope = ""  # the stage being rendered
         self.checked = False  # a data-dependent index check was emitted in the current stage
         self.any_check = False
-        self.row_dim: dict[int, int] = {}  # tensor id -> the dim a row buffer leaves out
+        self.row_dim: dict[int, tuple[int, ...]] = {}  # tensor id -> the dims a row buffer leaves out
         self.ws: set[int] = set()  # ids of the tensors passed in as workspace arguments
         self.recip: dict[Expr, str] = {}  # hoisted float32 divisors -> their reciprocal's name
         self.pending: list[str] = []  # locals bound by `expr`, emitted before the next statement
@@ -338,9 +338,8 @@ class RenderPass:
         return f"({s[0]},)" if len(s) == 1 else f"({', '.join(s)})"
 
     def index(self, t: Tensor | None, idx: Sequence[str]) -> str:
-        d = self.row_dim.get(id(t))
-        if d is not None:  # a row buffer has no parallel dim
-            idx = [*idx[:d], *idx[d + 1:]]
+        if (ds := self.row_dim.get(id(t))) is not None:  # a row buffer has no parallel dims
+            idx = [x for d, x in enumerate(idx) if d not in ds]
         return f"{self.tensor(t)}[{', '.join(idx) if idx else '0'}]"  # type: ignore[arg-type]
 
     # -- loops ------------------------------------------------------------------------------
@@ -382,6 +381,12 @@ class RenderPass:
             return depth + 1
         f = self.names.fresh(f"{stage}_f")
         self.parallel_head(depth, f, " * ".join(exts))
+        self.unflatten(depth + 1, f, axes)
+        return depth + 1
+
+    def unflatten(self, depth: int, f: str, axes: Sequence[IterVar]) -> None:
+        """Each of `axes` from `f`, the index of a loop over their flattened product."""
+        exts = [self.expr(a.extent, {}) for a in axes]
         for m, a in enumerate(axes):
             inner = exts[m + 1:]
             s = f if not inner else f"{f} // " + (inner[0] if len(inner) == 1 else f"({' * '.join(inner)})")
@@ -389,8 +394,7 @@ class RenderPass:
                 s = f"{s if not inner else '(' + s + ')'} % {exts[m]}"
             if not is_zero(a.lo):
                 s = f"{self.expr(a.lo, {})} + {s}"
-            self.emit(depth + 1, f"{self.axis(a)} = {s}")
-        return depth + 1
+            self.emit(depth, f"{self.axis(a)} = {s}")
 
     def reduction(self, depth: int, groups: list[Reduce], env: dict[Expr, str], stage: str) -> None:
         """Fold one reduction (all values of a tuple reducer) into local accumulators; a wide

@@ -4,9 +4,11 @@ One rewrite: a stage joins the loop that the stages before it share when its own
 same range and it reads what they write only at the shared index.  The loop kinds
 (loopnest.LoopKind) differ only in what that loop is, and `FUSIONS` holds one rule per kind:
 
-- PRANGE: stages whose first loop is a prange over equal extents (row-wise chains: softmax,
-  normalizations), reading earlier members only at their own row; a small serial stage joins
-  too (one iteration's work: batch_norm's per-channel scalars would otherwise cut the chain).
+- PRANGE: stages whose leading loops have equal extents (row-wise chains: softmax,
+  normalizations), in one prange over as many of them as the widest member fuses (a layer
+  norm over (batch, tokens, channels): its statistics and its rows over batch * tokens),
+  reading earlier members only at their own row; a small serial stage joins too (one
+  iteration's work: batch_norm's per-channel scalars would otherwise cut the chain).
 - CHUNKS: reductions split into the same chunks (step 7) over loops of the same extents in the
   same order, reading nothing the group writes (partial results are complete only after the
   loops): each chunk reads its rows once for every partial result (layer_norm's dgamma and
@@ -39,7 +41,9 @@ Three refinements of the same rewrite:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import functools
+import operator
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Mapping
 
 from ..te.expr import Const, Expr, IterVar, Read, Reduce, always, const
@@ -58,14 +62,12 @@ class _Group:
 
     kind: LoopKind | None
     members: list[Stage]
-    rows: dict[int, int] = field(default_factory=dict)  # PRANGE: tensor id -> its row dim
 
     def add(self, st: Stage) -> None:
+        """Append `st`; in a PRANGE, every member then runs over as many leading axes as it."""
         self.members.append(st)
-        if self.kind is LoopKind.PRANGE:
-            assert isinstance(st, ComputeStage)
-            d = st.axes.index(st.order[0])
-            self.rows.update({id(t): d for t in st.tensors if t is not None})
+        if self.kind is LoopKind.PRANGE and isinstance(st, ComputeStage):  # (st: the widest)
+            self.members = [replace(m, fused=st.fused) for m in self.members]  # type: ignore[arg-type]
 
 
 def fuse(stages: list[Stage], overrides: Overrides) -> tuple[list[Stage], tuple[Node, ...]]:
@@ -88,7 +90,8 @@ def fuse(stages: list[Stage], overrides: Overrides) -> tuple[list[Stage], tuple[
         head = members[0]
         assert isinstance(head, ComputeStage)
         acc = head.cpu.accumulate
-        ext = const(acc.chunks, "int64") if g.kind is LoopKind.CHUNKS and acc else head.order[0].extent
+        ext = const(acc.chunks, "int64") if g.kind is LoopKind.CHUNKS and acc else \
+            functools.reduce(operator.mul, (a.extent for a in head.parallel_axes))
         nest.append(Loop(g.kind, ext, nodes, REASONS[g.kind]))  # type: ignore[arg-type]
     return out, tuple(nest)
 
@@ -138,22 +141,41 @@ def _joins(stages: list[Stage], overrides: Overrides) -> bool:
 
 
 def _prange_member(g: _Group, st: Stage, pinned: bool) -> Stage | None:
-    """`st` if it can run in `g`'s prange (a small serial stage made parallel), else None."""
+    """`st` if it can run in `g`'s prange (a small serial stage made parallel), else None.
+
+    The prange runs over the leading axes of the member that fuses the most (a batched
+    softmax's row max over n, k and its exp over n, k, i: all over n * k * i) where every
+    member keeps its innermost data loop (a reduction its reduce loop) and has axes of the
+    same extents there."""
     ok = _joinable(st) and not pinned
     if not (ok or (not pinned and _rides_along(st))):
         return None
     assert isinstance(st, ComputeStage)
     head = g.members[0]
     assert isinstance(head, ComputeStage)
-    p = st.order[0]
-    if not p.extent.same_as(head.order[0].extent):
+    width = max(st.fused if ok else 1, head.fused)
+    if not all(isinstance(m, ComputeStage) and _widens(m, width) and all(
+            a.extent.same_as(b.extent) for a, b in zip(m.order[:width], head.order))
+            for m in (*g.members, st)):
         return None
-    # reads in reduce bounds count too: `k < L[i + 1]` is another row
-    if any(x.indices[g.rows[id(x.tensor)]] is not p for x in reads_in(st.bodies)
-           if id(x.tensor) in g.rows):
-        return None
-    return st if ok else _cpu(st, parallel=True, fused=1, notes=(
+    # each member reads the earlier ones only at its own parallel index (reduce bounds count
+    # too: `k < L[i + 1]` is another row)
+    rows: dict[int, tuple[int, ...]] = {}
+    for m in (*g.members, st):
+        assert isinstance(m, ComputeStage)
+        own = list(m.order[:width])
+        if any([x.indices[d] for d in rows[id(x.tensor)]] != own for x in reads_in(m.bodies)
+               if id(x.tensor) in rows):
+            return None
+        rows.update({id(t): tuple(m.axes.index(a) for a in own) for t in m.tensors if t is not None})
+    return replace(st, fused=width) if ok else _cpu(st, parallel=True, fused=width, notes=(
         *st.notes, "joined although small: the prange of its group is there"))
+
+
+def _widens(st: ComputeStage, width: int) -> bool:
+    """Whether `st` can run with its first `width` axes in the prange, a split of its innermost
+    axis kept serial (a lower-rank member may lose its innermost loop: per-row values)."""
+    return width == st.fused or width <= len(st.order) - (st.cpu.split is not None)
 
 
 def _chunk_member(g: _Group, st: Stage, pinned: bool) -> Stage | None:
@@ -195,7 +217,7 @@ def _prange_body(members: list[Stage], readers: dict[int, set[str]]
             st = renamed(st, sm)  # type: ignore[arg-type]
             node = nodes[k]
             body = node.body if isinstance(node, Loop) else (node,)
-            outer = st.order[1] if len(st.order) > 1 else first_reduction(st).axis[0]
+            outer = st.order[st.fused] if len(st.order) > st.fused else first_reduction(st).axis[0]
             nodes[k] = Loop(LoopKind.SIBLINGS, outer.extent, (
                 *body, StageRef(st.name, place.get(st.name, Place.ARRAY))), REASONS[LoopKind.SIBLINGS])
             last = max(i for i, x in enumerate(out) if x.name in {r.name for r in refs((nodes[k],))})
@@ -207,7 +229,7 @@ def _prange_body(members: list[Stage], readers: dict[int, set[str]]
         if m is not None:
             assert isinstance(st, ComputeStage) and isinstance(prev, ComputeStage)
             st = renamed(st, m)
-            nodes[-1] = Loop(LoopKind.ROW, prev.order[1].extent,
+            nodes[-1] = Loop(LoopKind.ROW, prev.order[prev.fused].extent,
                              (nodes[-1], StageRef(st.name)), REASONS[LoopKind.ROW])
         else:
             nodes.append(StageRef(st.name, place.get(st.name, Place.ARRAY)))
@@ -219,13 +241,13 @@ def _row_buffer(st: Stage, group: set[str], readers: dict[int, set[str]]) -> boo
     """Whether `st` (not the last of its prange) keeps a row per iteration: only later members
     read it, it has a dim besides the parallel one, and it accumulates no rows."""
     ts = _written(st) if isinstance(st, ComputeStage) else ()
-    return (not st.is_output and bool(ts) and len(st.axes) > 1  # type: ignore[union-attr]
+    return (not st.is_output and bool(ts) and len(st.axes) > st.fused  # type: ignore[union-attr]
             and st.cpu.accumulate is None
             and all(readers.get(id(t), set()) <= group - {st.name} for t in ts))
 
 
 def _joinable(st: Stage) -> bool:
-    return (isinstance(st, ComputeStage) and st.parallel and st.fused == 1 and bool(st.order)
+    return (isinstance(st, ComputeStage) and st.parallel and st.fused >= 1 and bool(st.order)
             and st.cpu.contraction is None and st.cpu.accumulate is None)
 
 
@@ -292,23 +314,26 @@ def _rider_map(head: Stage, st: Stage) -> dict[IterVar, IterVar] | None:
 
 
 def _row_map(e: ComputeStage, st: Stage) -> dict[IterVar, IterVar] | None:
-    """`st`'s parallel and reduce axes -> `e`'s (p, j), if `st` can fold in `e`'s row loop."""
+    """`st`'s parallel and reduce axes -> `e`'s (parallel axes, row), if `st` can fold in `e`'s row loop."""
     c, ce = st.cpu, e.cpu
     if not (isinstance(st, ComputeStage) and c is not None and ce is not None
-            and c.lanes > 1 and len(st.order) == 1 and len(st.bodies) == 1
+            and c.lanes > 1 and len(st.order) == st.fused and len(st.bodies) == 1
             and st.tensors[0] is not None):
         return None
     if (ce.accumulate or ce.contraction or ce.split or ce.lanes > 1
-            or not e.parallel or e.fused != 1 or len(e.order) != 2 or len(e.bodies) != 1
-            or e.tensors[0] is None or any(isinstance(x, Reduce) for x in walk(e.bodies[0]))):
+            or not e.parallel or len(e.order) != e.fused + 1 or e.fused != st.fused
+            or len(e.bodies) != 1 or e.tensors[0] is None
+            or any(isinstance(x, Reduce) for x in walk(e.bodies[0]))):
         return None
-    (p, j), r = e.order, first_reduction(st)
+    *ps, j = e.order
+    r = first_reduction(st)
     if len(r.axis) != 1 or not (r.axis[0].lo.same_as(j.lo) and r.axis[0].extent.same_as(j.extent)):
         return None
-    m = {st.order[0]: p, r.axis[0]: j}
-    want = [st.order[0] if a is p else r.axis[0] for a in e.axes]
-    mine = [x for x in reads_in(st.bodies) if x.tensor is e.tensors[0]]
-    if not mine or any(list(x.indices) != want for x in mine):
+    m = {**dict(zip(st.order, ps)), r.axis[0]: j}
+    mine = {a: b for b, a in m.items()}
+    want = [mine[a] for a in e.axes]
+    reads = [x for x in reads_in(st.bodies) if x.tensor is e.tensors[0]]
+    if not reads or any(list(x.indices) != want for x in reads):
         return None
     return m
 
@@ -333,7 +358,7 @@ def _sibling_map(head: ComputeStage, st: Stage) -> dict[IterVar, IterVar] | None
         return None
     m = {y: x for x, y in pairs}
     bound = {id(v) for a in rb.axis for e in (a.lo, a.extent) for v in walk(e)}
-    if bound & {id(a) for a in st.order[1:]}:
+    if bound & {id(a) for a in st.order[st.fused:]}:
         return None  # reduce bounds over a serial data axis: keep its own loops
     return m
 

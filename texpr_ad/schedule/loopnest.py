@@ -4,7 +4,7 @@ A plan's `nest` is a small immutable tree.  A `StageRef` names a materialized st
 nest is in the stage record: order, parallel axes, accumulation); a `Loop` is a loop that several
 stages share, made by the fusion rewrite (`fuse.py`):
 
-- `PRANGE`: one parallel loop over the stages' first axis; each reads what earlier members write
+- `PRANGE`: one parallel loop over the stages' leading axes; each reads what earlier members write
   only at its own index (softmax's max, exp and sum; a normalization's statistics);
 - `CHUNKS`: the chunk prange and loops of split reductions over the same rows (layer_norm's
   dgamma and dbeta read `dy` once);
@@ -83,8 +83,8 @@ class Loop:
 Node = StageRef | Loop
 
 REASONS = {
-    LoopKind.PRANGE: "stages with the same first parallel axis, each reading the earlier ones only "
-                     "at its own index, run in one prange",
+    LoopKind.PRANGE: "stages with the same leading parallel axes, each reading the earlier ones "
+                     "only at its own index, run in one prange",
     LoopKind.CHUNKS: "split reductions into the same chunks over loops of the same extents fold "
                      "their partial results in one chunk prange and loop nest (they do not read "
                      "each other): one pass over the rows for all",
