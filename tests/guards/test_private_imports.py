@@ -20,15 +20,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[2] / "texpr_ad"
 
 # (importing file relative to texpr_ad/, module imported from, name): why it is still there
-_CPU_WING = "the CPU scheduling/rendering wing is being rewritten (issue #25)"
-KNOWN: dict[tuple[str, str, str], str] = {
-    ("kernels/cpu_render.py", "texpr_ad.kernels.render", "_describe"): _CPU_WING,
-    ("kernels/cpu_render.py", "texpr_ad.kernels.render", "_is_placeholder"): _CPU_WING,
-    ("kernels/cpu_render.py", "texpr_ad.kernels.render", "_np_dtype"): _CPU_WING,
-    ("kernels/cuda_render.py", "texpr_ad.kernels.render", "_atom"): _CPU_WING,
-    ("kernels/cuda_render.py", "texpr_ad.kernels.render", "_is_placeholder"): _CPU_WING,
-    ("kernels/numba_cpu.py", "texpr_ad.kernels.render", "_one"): _CPU_WING,
-}
+KNOWN: dict[tuple[str, str, str], str] = {}
 
 
 def _private(name: str) -> bool:

@@ -13,7 +13,7 @@ from ..schedule.plan import ComputeStage, ScatterStage, Zeroing, wide_sum
 from ..te.expr import Expr, IterVar, Read, Reduce, always, is_zero
 from ..te.visit import walk
 from .cpu_fold import LANE_STEP, CPUFold
-from .render import (CHECK_NAME, ERR_NAME, KERNEL_NAME, _describe, _is_placeholder, _np_dtype,
+from .render import (CHECK_NAME, ERR_NAME, KERNEL_NAME, describe_stage, is_placeholder, np_dtype,
                      reduce_groups, top)
 
 
@@ -45,7 +45,7 @@ class CPURender(CPUFold):
                 self.emit(2, f"raise IndexError({self.sites[s]!r}, {ERR_NAME}[{3 * s + 1}], "
                              f"{ERR_NAME}[{3 * s + 2}])")
             body += self.lines
-        rets = [self.tensor(t) if not _is_placeholder(t) else f"{self.tensor(t)}.copy()"
+        rets = [self.tensor(t) if not is_placeholder(t) else f"{self.tensor(t)}.copy()"
                 for t in p.outputs]
         parallel = any(s.parallel if isinstance(s, ComputeStage) else s.parallel_axis is not None
                        for s in p.stages)
@@ -71,7 +71,7 @@ class CPURender(CPUFold):
 
     # -- compute stages -------------------------------------------------------------------------
     def compute(self, st: ComputeStage) -> None:
-        self.emit(1, f"# stage {st.name}: {_describe(st)}")
+        self.emit(1, f"# stage {st.name}: {describe_stage(st)}")
         self.allocate(1, st, st.axes)
         if st.cpu.contraction is not None:
             self.contraction(st)
@@ -95,7 +95,7 @@ class CPURender(CPUFold):
             if arr is not None and id(arr) not in self.ws:
                 exts = list(arr.shape) if arr is not t else [a.extent for a in axes]
                 self.emit(depth, f"{self.tensor(arr)} = np.empty({self.shape(exts)}, "
-                                 f"dtype=np.{_np_dtype(b.dtype)})")
+                                 f"dtype=np.{np_dtype(b.dtype)})")
         for v, base in st.cpu.views:
             self.names.by_key[("t", id(v))] = name = self.names.fresh(v.name)
             self.emit(depth, f"{name} = {self.tensor(base)}.reshape({self.shape(list(v.shape))})")
@@ -229,7 +229,7 @@ class CPURender(CPUFold):
         own, split, fresh = (zero is z for z in (Zeroing.OWN_SLICES, Zeroing.CHUNKS, Zeroing.FRESH))
         if id(t) not in self.ws and not fresh:  # (fresh: passed in zeroed)
             alloc = "np.empty" if own or split else "np.zeros"
-            self.emit(1, f"{name} = {alloc}({self.shape(st.shape)}, dtype=np.{_np_dtype(t.dtype)})")
+            self.emit(1, f"{name} = {alloc}({self.shape(st.shape)}, dtype=np.{np_dtype(t.dtype)})")
         elif not (own or split or fresh):
             self.emit(1, f"{name}.fill(0)")
         if split:  # in parallel chunks of ZERO_CHUNK elements of the flat array (a fill call
@@ -289,7 +289,7 @@ class CPURender(CPUFold):
         STEPPED members stepping in its row loop."""
         group = [self.plan.stage(r.name) for r in refs((loop,))]
         for k, st in enumerate(group):
-            self.emit(1, f"# stage {st.name}: {_describe(st, k > 0)}")  # type: ignore[arg-type]
+            self.emit(1, f"# stage {st.name}: {describe_stage(st, k > 0)}")  # type: ignore[arg-type]
             self.allocate(1, st, st.axes)  # type: ignore[arg-type]
         self.split_partials(group, [k for k, n in enumerate(loop.body)  # type: ignore[arg-type]
                                     if isinstance(n, Loop) and n.kind is LoopKind.STEPPED])
@@ -302,7 +302,7 @@ class CPURender(CPUFold):
         group = [self.plan.stage(r.name) for r in refs_]
         for k, (ref, st) in enumerate(zip(refs_, group)):
             self.scope = st.name
-            self.emit(1, f"# stage {st.name}: {_describe(st, k > 0)}")  # type: ignore[arg-type]
+            self.emit(1, f"# stage {st.name}: {describe_stage(st, k > 0)}")  # type: ignore[arg-type]
             if ref.place is Place.ROW_BUFFER:
                 dims = tuple(st.axes.index(a) for a in st.parallel_axes)  # type: ignore[union-attr]
                 self.row_dim.update({id(t): dims for t in st.tensors if t is not None})  # type: ignore[union-attr]

@@ -19,7 +19,7 @@ from ..te import dtype as dt
 from ..te.ops import Op
 from . import blas_threads, cache, threads
 from .cpu_render import CPURender
-from .render import EXPR_RULES, KERNEL_NAME, Renderer, Rule, _one
+from .render import EXPR_RULES, KERNEL_NAME, Renderer, Rule, one_literal
 
 # the kernel header names vecmath.py's hash, so cached kernels are rebuilt when it changes
 _VECMATH = hashlib.sha256((Path(__file__).parent / "vecmath.py").read_bytes()).hexdigest()[:12]
@@ -44,7 +44,7 @@ _VEC_RULES: dict[Op, Rule] = {
     Op.LOG1P: _only(_f32, Op.LOG1P, lambda e, a: f"log1p_f32({a[0]})"),
     Op.ERF: _only(_f32, Op.ERF, lambda e, a: f"erf_f32({a[0]})"),
     Op.SIGMOID: _only(_f32, Op.SIGMOID,
-                      lambda e, a: f"({_one(e.dtype)} / ({_one(e.dtype)} + exp_f32(-{a[0]})))"),
+                      lambda e, a: f"({one_literal(e.dtype)} / ({one_literal(e.dtype)} + exp_f32(-{a[0]})))"),
     Op.MAX: _only(dt.is_float, Op.MAX, lambda e, a: f"fmax({a[0]}, {a[1]})"),
     Op.MIN: _only(dt.is_float, Op.MIN, lambda e, a: f"fmin({a[0]}, {a[1]})"),
 }

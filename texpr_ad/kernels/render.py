@@ -57,7 +57,7 @@ def _fn(name: str) -> Rule:
     return lambda e, a: f"{name}({', '.join(a)})"
 
 
-def _one(dtype: str) -> str:
+def one_literal(dtype: str) -> str:
     return f"np.{dtype}(1.0)" if dtype != "float64" else "1.0"
 
 
@@ -89,9 +89,9 @@ EXPR_RULES: dict[Op, Rule] = {
     Op.CAST: _cast,
     Op.EXP: _fn("np.exp"), Op.LOG: _fn("np.log"), Op.LOG1P: _fn("np.log1p"),
     Op.SQRT: _fn("np.sqrt"),
-    Op.RSQRT: lambda e, a: f"({_one(e.dtype)} / np.sqrt({a[0]}))",
+    Op.RSQRT: lambda e, a: f"({one_literal(e.dtype)} / np.sqrt({a[0]}))",
     Op.TANH: _fn("np.tanh"),
-    Op.SIGMOID: lambda e, a: f"({_one(e.dtype)} / ({_one(e.dtype)} + np.exp(-{a[0]})))",
+    Op.SIGMOID: lambda e, a: f"({one_literal(e.dtype)} / ({one_literal(e.dtype)} + np.exp(-{a[0]})))",
     Op.ERF: _fn("math.erf"), Op.SIN: _fn("np.sin"), Op.COS: _fn("np.cos"),
     Op.ATAN: _fn("np.arctan"), Op.ABS: _fn("abs"), Op.FLOOR: _fn("np.floor"),
     Op.CEIL: _fn("np.ceil"), Op.TRUNC: _fn("np.trunc"),
@@ -441,7 +441,7 @@ class RenderPass:
         for vars_, vals in ((comb.lhs, lhs), (comb.rhs, rhs)):
             for v, s in zip(vars_, vals, strict=True):
                 uses = sum(1 for res in comb.result for x in _tree(res) if x.same_as(v))
-                if uses > 1 and not _atom(s):
+                if uses > 1 and not is_atom(s):
                     tmp = self.names.fresh(f"{stage}_v")
                     self.emit(depth, f"{tmp} = {top(s)}")
                     s = tmp
@@ -563,16 +563,16 @@ def _occurrences(e: Expr, env: dict[Expr, str], recip: dict[Expr, str]
     return strict, uses
 
 
-def _np_dtype(dtype: str) -> str:
+def np_dtype(dtype: str) -> str:
     return "bool_" if dtype == "bool" else dtype
 
 
-def _is_placeholder(t: Tensor) -> bool:
+def is_placeholder(t: Tensor) -> bool:
     from ..te.tensor import PlaceholderOp
     return isinstance(t.op, PlaceholderOp)
 
 
-def _atom(s: str) -> bool:
+def is_atom(s: str) -> bool:
     return re.fullmatch(r"[A-Za-z_]\w*", s) is not None
 
 
@@ -597,7 +597,7 @@ def reduce_groups(bodies: Sequence[Expr]) -> list[list[Reduce]]:
     return list(groups.values())
 
 
-def _describe(st: ComputeStage, joined: bool = False) -> str:
+def describe_stage(st: ComputeStage, joined: bool = False) -> str:
     """The comment heading a stage's code; `joined`: it runs in a loop an earlier stage opened."""
     c = st.cpu
     if joined:
