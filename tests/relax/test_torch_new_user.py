@@ -247,3 +247,30 @@ def test_a_batch_unlike_the_example_is_named() -> None:
                        "got 0"):
         trainer.step(x)
     trainer.step(x.numpy(), T.numpy())  # arrays of the example's shape and dtype are fine
+
+
+# (h) TVM 0.27's hand-written gradients that are wrong for some calls (relax_samples.VARIANTS):
+#     a dilated conv2d's input gradient ignores dilation (ValueError "Conv2dTranspose expects the
+#     output padding less than the strides"), where's does not sum a broadcast operand (the check
+#     refused the model), take's with 2-d indices emits a take_backward that asserts (a bare
+#     AssertionError). train_torch now differentiates those calls with the derived gradient.
+class _Stock(nn.Module):
+    def __init__(self, f, dilation: int) -> None:
+        super().__init__()
+        torch.manual_seed(17)
+        self.conv, self.f = nn.Conv2d(1, 3, 3, padding=dilation, dilation=dilation), f
+        self.bias = nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        return self.f(self, self.conv(x).mean((2, 3)))
+
+
+STOCK_WRONG = {"dilated_conv2d": (lambda m, h: h, 2),
+               "where_broadcast": (lambda m, h: torch.where(h > 0, h, m.bias), 1),
+               "take_2d": (lambda m, h: h[:, torch.tensor([[0, 2], [1, 1]])].sum(2)[:, [0, 1, 1]],
+                           1)}
+
+
+@pytest.mark.parametrize("case", sorted(STOCK_WRONG))
+def test_calls_tvm_differentiates_wrongly_train_as_in_torch(case) -> None:
+    _trains_as_torch(_Stock(*STOCK_WRONG[case]), (torch.randn(5, 1, 5, 5),))

@@ -11,12 +11,13 @@ from .api import call_te_with_auto_grad, prepare_for_build, static_strided_slice
 from .check import check_op
 from .from_tvm import FromTVM, from_tvm
 from .grad import BridgeError, register
-from .relax_ops import Summary, register_missing_gradients
+from .relax_ops import Summary, register_missing_gradients, right_stock_gradients
 from .te_gradient import te_gradient
 from .train_torch import TorchTrainError, TorchTrainer, train_torch
 from .to_tvm import TranslationError, build, prim_func, translate
 
 __all__ = ["BridgeError", "FromTVM", "Summary", "TranslationError", "build",
            "call_te_with_auto_grad", "check_op", "from_tvm", "prepare_for_build", "prim_func",
-           "register", "register_missing_gradients", "static_strided_slices", "te_gradient",
+           "register", "register_missing_gradients", "right_stock_gradients",
+           "static_strided_slices", "te_gradient",
            "TorchTrainError", "TorchTrainer", "train_torch", "translate"]

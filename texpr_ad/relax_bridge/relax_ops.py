@@ -18,8 +18,9 @@ conventions for float arguments (`relax_samples.NO_GRAD_ARGS`) are kept.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..te import dtype as dt
 from . import own_te
@@ -298,6 +299,42 @@ def register_missing_gradients(ops: str | Iterable[str] | None = None,
     return summary
 
 
+def _shape(e: Any) -> list[str]:
+    return [str(d) for d in e.ty.shape]
+
+
+# Calls whose hand-written TVM 0.27 gradient is wrong or aborts (relax_samples.VARIANTS), by
+# (orig_var, orig_call): under `right_stock_gradients` they get the derived gradient.
+STOCK_WRONG: dict[str, Callable[[Any, Any], bool]] = {
+    "relax.nn.conv2d": lambda v, c: any(int(d) != 1 for d in c.attrs.dilation),  # x's: no dilation
+    "relax.where": lambda v, c: any(_shape(a) != _shape(v) for a in c.args[1:]),  # not reduced
+    "relax.take": lambda v, c: c.args[1].ty.ndim != 1,  # take_backward asserts 1-d indices
+}
+
+
+@contextlib.contextmanager
+def right_stock_gradients() -> Iterator[None]:
+    """While active, the calls `STOCK_WRONG` describes are differentiated with the derived
+    gradient and every other call of those ops with TVM's (hand-written, faster)."""
+    import tvm
+
+    def either(wrong: Callable[[Any, Any], bool], stock: Any) -> Any:
+        return lambda v, c, g, ctx: (derived_gradient if wrong(v, c) else stock)(v, c, g, ctx)
+
+    saved = {op: tvm.ir.Op.get(op).get_attr("FPrimalGradient") for op in STOCK_WRONG}
+    for op, stock in saved.items():
+        if stock is not None:
+            tvm.ir.register_op_attr(op, "FPrimalGradient", either(STOCK_WRONG[op], stock),
+                                    level=LEVEL_OVERRIDE + 1)
+    try:
+        yield
+    finally:
+        for op, stock in saved.items():
+            tvm.ir.Op.get(op).reset_attr("FPrimalGradient")
+            if stock is not None:
+                tvm.ir.register_op_attr(op, "FPrimalGradient", stock, level=LEVEL_MISSING)
+
+
 def _kind_without_stock(c: OpClass) -> str:
     if c.reason in ("pure te", own_te.REASON):
         return "derivable"
@@ -306,6 +343,6 @@ def _kind_without_stock(c: OpClass) -> str:
     return "not-derivable"
 
 
-__all__ = ["OpClass", "Summary", "classify", "derived_gradient", "has_gradient",
-           "no_grad_gradient", "register_missing_gradients", "relax_op_names", "sample_call",
-           "sample_params", "tensor_ops"]
+__all__ = ["OpClass", "STOCK_WRONG", "Summary", "classify", "derived_gradient", "has_gradient",
+           "no_grad_gradient", "register_missing_gradients", "relax_op_names",
+           "right_stock_gradients", "sample_call", "sample_params", "tensor_ops"]

@@ -414,7 +414,7 @@ class TorchTrainer:
         import tvm
         from tvm import relax
         from .api import prepare_for_build, static_strided_slices
-        from .relax_ops import register_missing_gradients
+        from .relax_ops import register_missing_gradients, right_stock_gradients
         if not isinstance(model, torch.nn.Module):
             raise TorchTrainError(f"train_torch: model must be a torch.nn.Module, got "
                                   f"{type(model).__name__}")
@@ -445,7 +445,8 @@ class TorchTrainer:
         self.derived_ops, self.no_grad_ops = summary.registered, summary.no_grad
         n_p = len(self.param_names)
         pvars = list(main.params[self._n_data:self._n_data + n_p])
-        mod = relax.transform.Gradient("main", require_grads=pvars, target_index=0)(mod)
+        with right_stock_gradients():  # TVM's own are wrong for some calls (dilated conv2d)
+            mod = relax.transform.Gradient("main", require_grads=pvars, target_index=0)(mod)
         self._opt = _init(opt, pvars)
         mod["optimizer"] = self._opt.get_function().with_attr("global_symbol", "optimizer")
         self._vm = relax.VirtualMachine(tvm.compile(prepare_for_build(mod), target="llvm"),
