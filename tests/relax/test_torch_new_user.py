@@ -274,3 +274,36 @@ STOCK_WRONG = {"dilated_conv2d": (lambda m, h: h, 2),
 @pytest.mark.parametrize("case", sorted(STOCK_WRONG))
 def test_calls_tvm_differentiates_wrongly_train_as_in_torch(case) -> None:
     _trains_as_torch(_Stock(*STOCK_WRONG[case]), (torch.randn(5, 1, 5, 5),))
+
+
+def test_right_stock_gradients_covers_every_known_tvm_defect() -> None:
+    """Every call of relax_samples.VARIANTS whose op has a hand-written TVM gradient (dilated
+    conv2d/max_pool2d/avg_pool2d, broadcast where, 2-d take, exclusive cumsum) passes the matrix's
+    central-difference check inside right_stock_gradients (TVM's own fail it: test_relax_ops)."""
+    from texpr_ad.relax_bridge import right_stock_gradients
+    from texpr_ad.relax_bridge.relax_opcheck import check
+    from texpr_ad.relax_bridge.relax_ops import has_gradient
+    from texpr_ad.relax_bridge.relax_samples import VARIANTS
+    keys = [k for k in VARIANTS if has_gradient(k.split("[")[0])]
+    assert len(keys) >= 7, keys
+    with right_stock_gradients():
+        results = {k: check(k) for k in keys}
+    bad = {k: r.detail for k, r in results.items() if r.status != "ok"}
+    assert not bad, bad
+
+
+def test_sparse_embedding_trains_and_max_norm_is_named() -> None:
+    """(i) nn.Embedding(sparse=True): comparing with torch.autograd's sparse gradient crashed
+    (NotImplementedError: aten::max on SparseCPU); max_norm's embedding_renorm was refused with no
+    rewrite."""
+    def model(**kw):
+        torch.manual_seed(18)
+        return nn.Sequential(nn.Embedding(7, 3, **kw), nn.Flatten(), nn.Linear(6, 3))
+
+    idx, t = torch.tensor([[1, 2], [3, 3], [6, 1]]), torch.tensor([0, 2, 1])
+    _trains_as_torch(model(sparse=True), (idx,), (t,))
+    m = model(max_norm=1.0)
+    with pytest.raises(TorchTrainError, match=r"aten.embedding_renorm.default .*rewrite it as "
+                       r"nn.Embedding without max_norm"):
+        train_torch(m, idx, F.cross_entropy, torch.optim.SGD(m.parameters(), lr=0.5),
+                    example_targets=t)

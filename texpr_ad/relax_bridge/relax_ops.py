@@ -305,10 +305,16 @@ def _shape(e: Any) -> list[str]:
 
 # Calls whose hand-written TVM 0.27 gradient is wrong or aborts (relax_samples.VARIANTS), by
 # (orig_var, orig_call): under `right_stock_gradients` they get the derived gradient.
+def _dilated(v: Any, c: Any) -> bool:
+    return any(int(d) != 1 for d in c.attrs.dilation)
+
+
 STOCK_WRONG: dict[str, Callable[[Any, Any], bool]] = {
-    "relax.nn.conv2d": lambda v, c: any(int(d) != 1 for d in c.attrs.dilation),  # x's: no dilation
+    "relax.nn.conv2d": _dilated,  # x's gradient ignores the dilation
+    "relax.nn.max_pool2d": _dilated, "relax.nn.avg_pool2d": _dilated,  # backward ops reject it
     "relax.where": lambda v, c: any(_shape(a) != _shape(v) for a in c.args[1:]),  # not reduced
     "relax.take": lambda v, c: c.args[1].ty.ndim != 1,  # take_backward asserts 1-d indices
+    "relax.cumsum": lambda v, c: bool(c.attrs.exclusive),  # the inclusive one's
 }
 
 

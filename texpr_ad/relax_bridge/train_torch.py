@@ -249,7 +249,9 @@ def products_in_input_dtype() -> Iterator[None]:
 HINTS = {"scatter_add.default": "a one-hot matmul: F.one_hot(index, n).to(x.dtype) and @",
          "logcumsumexp.default": "m + log(cumsum(exp(x - m), dim)), m = x.amax(dim, True).detach()",
          "adaptive_max_pool2d.default": "F.max_pool2d with kernel_size = stride = size // output",
-         "_embedding_bag_forward_only.default": "nn.Embedding and a sum or mean over each bag"}
+         "_embedding_bag_forward_only.default": "nn.Embedding and a sum or mean over each bag",
+         "embedding_renorm.default": "nn.Embedding without max_norm (renormalize its weight "
+                                     "between steps)"}
 
 
 def _where(node: Any) -> str:
@@ -497,7 +499,8 @@ class TorchTrainer:
             w = w.detach().numpy()
             if w.dtype.kind == "f" and _rel(got.numpy(), w, 1.0) > FORWARD_RTOL:
                 raise TorchTrainError(self._forward_mismatch(name, _args))
-        ref = [torch.zeros_like(p) if p.grad is None else p.grad for p in leaves]  # None: unused
+        ref = [torch.zeros_like(p) if p.grad is None else  # None: unused
+               p.grad.to_dense() for p in leaves]  # Embedding(sparse=True)'s is sparse
         floor = ZERO_GRAD * max(float(g.abs().max()) for g in ref)
         errors = {k: _rel(g.numpy(), r.numpy(), max(floor, 1e-30))
                   for k, g, r in zip(self.param_names, grads, ref)}
