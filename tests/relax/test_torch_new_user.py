@@ -307,3 +307,12 @@ def test_sparse_embedding_trains_and_max_norm_is_named() -> None:
                        r"nn.Embedding without max_norm"):
         train_torch(m, idx, F.cross_entropy, torch.optim.SGD(m.parameters(), lr=0.5),
                     example_targets=t)
+
+
+def test_an_error_in_the_users_loss_is_not_blamed_on_tracing() -> None:
+    """The export wrapper of dc33e89 explained every exception as an untraceable value, also the
+    user's own TypeError (a loss_fn taking a target that was not given)."""
+    model = _Head(torch.tanh)
+    with pytest.raises(TypeError, match="missing 1 required positional argument"):
+        train_torch(model, torch.randn(5, 4), lambda o, t: o.sum(),
+                    torch.optim.SGD(model.parameters(), lr=0.5))

@@ -307,12 +307,15 @@ def detach_no_grad(ep: Any) -> Any:
 
 
 def export(step: Any, args: tuple[Any, ...]) -> Any:
-    """torch.export of the step, its failure and a loss that is not a float scalar (TVM's
-    Gradient aborts on it) raised as TorchTrainErrors."""
+    """torch.export of the step; a value it cannot trace (data-dependent) and a loss that is not a
+    float scalar (TVM's Gradient aborts on it) are raised as TorchTrainErrors, the model's own
+    errors as they are."""
     import torch
     try:
         ep = torch.export.export(step, args)
     except Exception as e:  # noqa: BLE001 - torch.export raises many kinds; keep the first line
+        if "data-dependent" not in str(e):
+            raise
         raise TorchTrainError(
             f"train_torch: torch.export cannot trace loss_fn(model(*inputs), *targets): "
             f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]} (a Python "
