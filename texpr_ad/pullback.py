@@ -12,6 +12,9 @@ stages are recomputed, softmax's exp rebuilt from the saved output and sum); `fw
 hold references to the arrays passed to `fwd` and to the outputs it returned: modifying them
 in place before calling `bwd` changes the gradient, as it would in PyTorch without its
 version counters.
+
+An adjoint that is a cotangent unchanged (`dx = dy` of a residual add) is not computed: the
+PyTorch front end returns that cotangent itself, as torch's add does; `bwd` returns a copy.
 """
 from __future__ import annotations
 
@@ -29,8 +32,8 @@ from .kernels.cuda_runtime import is_device_array
 from .schedule.residuals import Decision, choose, rebuilt
 from .te import dtype as dt
 from .te.dag import placeholders, replace_inputs
-from .te.expr import Var
-from .te.tensor import Tensor
+from .te.expr import Read, Var
+from .te.tensor import ComputeOp, PlaceholderOp, Tensor
 
 
 class ResidualsError(TexprError, TypeError):
@@ -92,6 +95,10 @@ class Pullback:
         self.input_positions = sorted({*self.input_positions, *(
             k for k, x in enumerate(self.inputs)
             if any(isinstance(d, Var) and d not in known for d in x.shape))})
+        self.params = [self.inputs[k] for k in self.input_positions] + self.slots + self.heads
+        self.forwarded = {i: next(j for j, x in enumerate(self.params) if x is t) for i, g
+                          in enumerate(self.grads) if (t := forwarded(g)) is not None
+                          and any(x is t for x in self.params)}  # grad -> the argument it is
         self._fwd: Any = None
         self._bwd: Any = None
 
@@ -107,13 +114,14 @@ class Pullback:
 
     @property
     def backward_kernel(self) -> Any:
-        """Read inputs, saved tensors, cotangents -> the live gradients (None if none)."""
-        if self._bwd is None and self.grads:
+        """Read inputs, saved tensors, cotangents -> the live gradients that are not one of
+        them unchanged (`forwarded`; None if none are left)."""
+        grads = [g for i, g in enumerate(self.grads) if i not in self.forwarded]
+        if self._bwd is None and grads:
             from .kernels import build
             if self.on_build:
                 self.on_build()
-            params = [self.inputs[k] for k in self.input_positions] + self.slots + self.heads
-            self._bwd = build(self.grads, params, self.target)
+            self._bwd = build(grads, self.params, self.target)
         return self._bwd
 
     def residuals(self, arrays: Sequence[Any], outs: Sequence[Any], extra: Sequence[Any]) -> Residuals:
@@ -124,10 +132,13 @@ class Pullback:
         """The backward kernel's arrays before the cotangents, of a forward call's `results`."""
         return [arrays[k] for k in self.input_positions] + [results[k] for k in self.saved_at]
 
-    def spread(self, grads: Sequence[Any]) -> tuple[Any | None, ...]:
-        """The backward kernel's results as one entry per input (None: not derived)."""
+    def spread(self, grads: Sequence[Any], args: Sequence[Any]) -> tuple[Any | None, ...]:
+        """The backward kernel's results on `args` as one entry per input (None: not derived),
+        a forwarded gradient the argument itself."""
         got = iter(grads)
-        return tuple(None if a is None else next(got) for a in self.adjoints)
+        live = iter([args[self.forwarded[i]] if i in self.forwarded else next(got)
+                     for i in range(len(self.grads))])
+        return tuple(None if a is None else next(live) for a in self.adjoints)
 
     @functools.cached_property
     def residual_names(self) -> tuple[str, ...]:
@@ -151,8 +162,9 @@ class Pullback:
             raise ResidualsError(f"backward got {len(heads)} cotangent(s) for {len(self.heads)} "
                                  f"output(s) ({', '.join(o.name for o in self.outputs)}); pass "
                                  f"one per output, shaped like it")
-        kern = self.backward_kernel
-        return self.spread(kern(*res.arrays, *heads) if kern is not None else ())
+        kern, args = self.backward_kernel, [*res.arrays, *heads]
+        got = self.spread(kern(*args) if kern is not None else (), args)
+        return tuple(g.copy() if any(g is a for a in args) else g for g in got)  # type: ignore[union-attr]
 
     def explain(self) -> str:
         lines = [f"residuals of vjp({', '.join(o.name for o in self.outputs)}):"]
@@ -239,3 +251,16 @@ def _positions(wrt: Sequence[Tensor], inputs: Sequence[Tensor]) -> list[int]:
                              f"the inputs ({', '.join(x.name for x in inputs)}); pass some of the "
                              f"inputs' placeholders")
     return [ids[id(w)] for w in wrt]
+
+
+def forwarded(g: Tensor) -> Tensor | None:
+    """The placeholder `g` copies unchanged (read at g's own axes; same shape, dtype), or None."""
+    op = g.op
+    b = op.body[0] if isinstance(op, ComputeOp) and len(op.body) == 1 else None
+    if not isinstance(b, Read) or not isinstance(b.tensor.op, PlaceholderOp) or b.dtype != g.dtype:
+        return None
+    axes = op.axis  # type: ignore[union-attr]
+    same = len(b.indices) == len(axes) == len(b.tensor.shape) and all(
+        i is a for i, a in zip(b.indices, axes)) and all(
+        x.same_as(y) for x, y in zip(b.tensor.shape, g.shape))
+    return b.tensor if same else None

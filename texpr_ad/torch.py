@@ -429,10 +429,10 @@ class TorchOp:
             args = [x.detach().contiguous() for x in xs]
             res = inst[0](*args)
         else:
-            args = p.reads(xs, list(ys or ())) + list(gs)
-            res = inst[1](*[a.detach().contiguous() for a in args]) if inst[1] is not None else ()
-            res = [torch.zeros_like(x) if r is None else r
-                   for r, x, w in zip(p.spread(res), xs, wrt, strict=True) if w]
+            args = [a.detach().contiguous() for a in p.reads(xs, list(ys or ())) + list(gs)]
+            res = inst[1](*args) if inst[1] is not None else ()
+            res = [torch.zeros_like(x) if r is None else r.clone() if any(r is a for a in args)
+                   else r for r, x, w in zip(p.spread(res, args), xs, wrt, strict=True) if w]
         if not ordered:
             cuda_runtime.synchronize()
         return [torch.as_tensor(r, device=xs[0].device) for r in res]
@@ -490,7 +490,7 @@ class _Eager(torch.autograd.Function):
         if reads is None:
             reads = [_host(t) for t in plan.p.reads(saved[:n], saved[n:])]
         return (None, None, None, *plan.gradients(reads, [_host(g) for g in gs], saved[:n],
-                                                  ctx.wrt, bound=True))
+                                                  ctx.wrt, bound=True, given=gs))
 
 
 # `_Eager.apply` less its Python wrapper, which binds the arguments for a setup_context (there
@@ -520,15 +520,20 @@ class _Plan:
         return [torch.from_numpy(r) for r in self.run([_host(x) for x in xs])]
 
     def gradients(self, reads: list[np.ndarray], heads: list[np.ndarray],
-                  xs: Sequence[torch.Tensor], wrt: Sequence[bool], bound: bool = False
-                  ) -> list[torch.Tensor | None]:
+                  xs: Sequence[torch.Tensor], wrt: Sequence[bool], bound: bool = False,
+                  given: Sequence[torch.Tensor] = ()) -> list[torch.Tensor | None]:
         """One gradient per input of the CPU tensors `xs`: those flagged in `wrt`, from the
-        backward kernel's `reads` and the cotangents (checked unless `bound`), else None."""
-        kern = self.p.backward_kernel
+        backward kernel's `reads` and the cotangents (checked unless `bound`), else None.  A
+        gradient that is a cotangent unchanged (`Pullback.forwarded`) is its tensor in `given`
+        (autograd's backward: as torch's add returns it), else a copy."""
+        kern, args = self.p.backward_kernel, reads + heads
         if bound and kern is not None:
-            kern = self._bwd = self._bwd or kern.bind(reads + heads)
-        got = self.p.spread(kern(*reads, *heads) if kern is not None else ())
-        return [None if not w else torch.zeros_like(x) if g is None else torch.from_numpy(g)
+            kern = self._bwd = self._bwd or kern.bind(args)
+        got = self.p.spread(kern(*args) if kern is not None else (), args)
+        tensors = {id(h): t for h, t in zip(heads, given)}
+        return [None if not w else torch.zeros_like(x) if g is None else tensors[id(g)]
+                if id(g) in tensors else torch.from_numpy(g.copy() if any(g is a for a in args)
+                                                          else g)
                 for g, x, w in zip(got, xs, wrt, strict=True)]
 
 

@@ -14,7 +14,7 @@ PKG = Path(__file__).resolve().parents[2] / "texpr_ad"
 TOP = "*.py"  # the modules directly in texpr_ad/ (api, torch, jax, pullback, ...)
 
 BUDGET = {
-    TOP: 1332,
+    TOP: 1359,
     "te": 2868,
     "deriv": 1750,
     "ops": 2700,
