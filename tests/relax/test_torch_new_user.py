@@ -89,7 +89,7 @@ def test_detach_and_no_grad_stop_the_gradient(f) -> None:
 
 
 class _Wide(nn.Module):
-    """Conv1d, LayerNorm, GroupNorm, Linear: the importer's float32 products and TVM's
+    """Conv1d, LayerNorm, GroupNorm, Linear, mm: the importer's float32 products and TVM's
     float16/32-only norms."""
 
     def __init__(self) -> None:
@@ -97,9 +97,10 @@ class _Wide(nn.Module):
         torch.manual_seed(12)
         self.conv, self.gn = nn.Conv1d(2, 4, 3, padding=1), nn.GroupNorm(2, 4)
         self.ln, self.fc = nn.LayerNorm(6), nn.Linear(24, 3)
+        self.mix = nn.Parameter(torch.randn(3, 3))
 
     def forward(self, x):
-        return self.fc(self.ln(self.gn(self.conv(x))).flatten(1))
+        return self.fc(self.ln(self.gn(self.conv(x))).flatten(1)) @ self.mix  # aten.mm
 
 
 def test_float64_model_trains_in_float64() -> None:

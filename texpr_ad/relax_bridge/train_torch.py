@@ -345,13 +345,14 @@ def import_program(ep: Any, bind_tuple: bool = False) -> tuple[Any, Any]:
     """(the importer, `ep` imported by TVM 0.27's importer with train_torch's converters, returning
     a tuple even of one); an importer failure names the op it failed on and the model's line."""
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
-    imp = ExportedProgramImporter()
+    imp = None
     try:
-        with products_in_input_dtype():
+        with products_in_input_dtype():  # also while the importer binds its converters
+            imp = ExportedProgramImporter()
             return imp, imp.from_exported_program(ep, False, False, not bind_tuple, _convert())
     except Exception as e:  # noqa: BLE001 - TVM's converters raise anything; say where
-        n = next((n for n in ep.graph.nodes if n.op == "call_function" and n not in imp.env),
-                 None)
+        n = next((n for n in ep.graph.nodes if n.op == "call_function" and imp is not None
+                  and n not in imp.env), None)
         at = f"{n.target} (node {n.name!r}{_where(n)})" if n is not None else "the program"
         msg = (str(e).strip().splitlines() or [""])[-1][:200]
         raise TorchTrainError(f"train_torch: TVM 0.27's importer fails on {at}: "
