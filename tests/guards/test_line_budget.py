@@ -19,7 +19,7 @@ BUDGET = {
     "deriv": 1750,
     "ops": 2700,
     "schedule": 3896,
-    "kernels": 3532,
+    "kernels": 3622,
     "relax_bridge": 3554,
     "report": 1465,
     "testing": 500,

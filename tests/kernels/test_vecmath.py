@@ -1,8 +1,9 @@
-"""The vectorizable float32 exp/log/log1p/erf/tanh of the CPU kernels: accuracy against float64 NumPy, IEEE
+"""The vectorizable float32 exp/log/log1p/erf/tanh/cosh/sinh/pow of the CPU kernels: accuracy against float64 NumPy, IEEE
 special values, and that the renderer uses them for float32 only."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -10,8 +11,8 @@ from numba import njit
 
 import texpr_ad as ta
 from texpr_ad import te
-from texpr_ad.kernels.vecmath import (erf_f32, exp_f32, fmaximum, fminimum, log1p_f32, log_f32,
-                                     radd, tanh_f32)
+from texpr_ad.kernels.vecmath import (cosh_f32, erf_f32, exp_f32, fmaximum, fminimum, log1p_f32,
+                                     log_f32, pow_f32, radd, sinh_f32, tanh_f32)
 
 
 @njit(error_model="numpy")
@@ -212,5 +213,130 @@ def test_renderer_uses_log_log1p_erf_for_float32_only(dtype, uses):
     assert all(f"{f}_f32(" in k.source for f in ("log", "log1p", "erf")) == uses
     a = np.linspace(0.01, 5, 64).astype(dtype)
     want = np.log(a) + np.log1p(a) + _np_erf(a)
+    tol = 1e-6 if dtype == "float32" else 1e-14
+    np.testing.assert_allclose(k(a)[0], want, rtol=tol, atol=tol)
+
+
+# -- cosh, sinh, pow (float64 inside, rounded once) --------------------------------------------
+
+@njit(error_model="numpy")
+def _map_pow(x, y, out):
+    for i in range(x.size):
+        out[i] = pow_f32(x[i], y[i])
+
+
+_map_cosh, _map_sinh = _mapper(cosh_f32), _mapper(sinh_f32)
+
+
+def _hyp_samples() -> np.ndarray:
+    x = np.concatenate([np.linspace(-95, 95, 2_000_001, dtype=np.float32),
+                        _every_positive_float(4099)])  # subnormals, tiny, huge
+    return np.concatenate([x, -x])
+
+
+@pytest.mark.parametrize("fn, ref", [(_map_cosh, np.cosh), (_map_sinh, np.sinh)])
+def test_cosh_sinh_f32_within_1_ulp_and_overflow_where_numpy_does(fn, ref):
+    x = _hyp_samples()
+    with np.errstate(over="ignore"):
+        exact = ref(x.astype(np.float64))
+        numpy32 = ref(x)
+    assert _max_ulp(fn, x, exact) <= 1.0
+    got = np.empty_like(x)
+    fn(x, got)
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(numpy32))  # |x| > 89.42 or so
+
+
+@pytest.mark.parametrize("fn, ref", [(_map_cosh, np.cosh), (_map_sinh, np.sinh)])
+def test_cosh_sinh_special_values_match_numpy(fn, ref):
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-40, 1e-20, -3e-8, 0.34657,
+                  89.41, 89.42, -89.5, 1e30], dtype=np.float32)
+    _assert_special_values(fn, ref, x)
+
+
+def _pow_ulp(x: np.ndarray, y: np.ndarray) -> float:
+    """Largest error of pow_f32(x, y) in float32 ulp against float64 NumPy, finite nonzero
+    results; infinities, zeros and NaN exactly as float64 NumPy rounded to float32."""
+    got = np.empty_like(x)
+    _map_pow(x, y, got)
+    with np.errstate(all="ignore"):
+        exact = np.power(x.astype(np.float64), y.astype(np.float64))
+        want = exact.astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    for same in (np.isinf(want), want == 0):
+        np.testing.assert_array_equal(got[same], want[same])
+        np.testing.assert_array_equal(np.signbit(got[same]), np.signbit(want[same]))
+    ok = np.isfinite(want) & (want != 0)
+    return float((np.abs(got[ok] - exact[ok]) / np.spacing(np.abs(want[ok]))).max())
+
+
+def test_pow_f32_within_1_ulp_over_the_whole_range():
+    """Every 997th positive float32 as x, each with exponents that take x ** y over the whole
+    float32 range (overflow and subnormal results included) and small ones; negative x with
+    integer exponents (odd and even)."""
+    rng = np.random.default_rng(7)
+    x = _every_positive_float(997)
+    reach = 150.0 / np.maximum(np.abs(np.log2(x.astype(np.float64))), 1 / 64)
+    y = np.concatenate([(rng.uniform(-1, 1, x.size) * reach).astype(np.float32),
+                        (rng.standard_normal(x.size) * 4).astype(np.float32)])
+    xs = np.concatenate([x, x])
+    assert _pow_ulp(xs, y) <= 1.0
+    xn = -x[(x > 1e-3) & (x < 1e3)]
+    yn = rng.integers(-12, 13, xn.size).astype(np.float32)
+    assert _pow_ulp(xn, yn) <= 1.0
+    near1 = (1 + np.linspace(-1e-3, 1e-3, 200_001)).astype(np.float32)  # ln x tiny, y huge
+    assert _pow_ulp(near1, rng.uniform(-8e4, 8e4, near1.size).astype(np.float32)) <= 1.0
+
+
+def test_pow_f32_special_values_match_numpy():
+    """C's powf cases, as NumPy's float32 power: x ** 0 and 1 ** y are 1 (NaN too), (-1) **
+    +-inf = 1, negative x with non-integer y is NaN, odd integer y keeps x's sign (-0 and -inf
+    too), +-0 ** negative y is inf, over/underflow to inf/0."""
+    v = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0,
+                  2.5, -2.5, 1e-40, -1e-40, 1e-45, 3e38, -3e38, 16777216.0, 16777218.0, 1e10,
+                  -1e10, 1.0000001, 0.9999999], dtype=np.float32)
+    x, y = (a.ravel() for a in np.meshgrid(v, v))
+    got = np.empty_like(x)
+    _map_pow(x, y, got)
+    with np.errstate(all="ignore"):
+        want = np.power(x, y)  # NumPy float32
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    fin = ~np.isnan(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1.2e-7, atol=0)
+    np.testing.assert_array_equal(np.signbit(got[fin]), np.signbit(want[fin]))
+    assert _pow_ulp(x, y) <= 1.0
+
+
+def _llvm_calls(fn, *args) -> set[str]:
+    fn(*args)
+    return set(re.findall(r"call [^@\n]*@([\w.]+)", next(iter(fn.inspect_llvm().values()))))
+
+
+def test_cosh_sinh_pow_loops_call_no_libm():
+    """A loop of them holds no call into libm (powf, coshf, llvm.pow, ... scalar or vector):
+    only arithmetic and intrinsics LLVM vectorizes inline (fabs, floor, fmuladd, copysign)."""
+    @njit(error_model="numpy")
+    def loop(x, y, out):
+        for i in range(x.size):
+            out[i] = pow_f32(x[i], y[i]) + cosh_f32(x[i]) + sinh_f32(y[i])
+
+    a = np.ones(16, np.float32)
+    libm = re.compile(r"(llvm\.)?(pow|cosh|sinh|exp|log)")
+    math_calls = {c for c in _llvm_calls(loop, a, a, a.copy()) if libm.match(c)}
+    assert not math_calls, math_calls
+
+
+@pytest.mark.parametrize("dtype, uses", [("float32", True), ("float64", False)])
+def test_renderer_uses_cosh_sinh_pow_for_float32_only(dtype, uses):
+    """x ** y and x ** -0.75 go to pow_f32; x ** 2 and x ** 0.5 stay `**` (LLVM makes them
+    x * x and a sqrt itself)."""
+    x = te.placeholder((64,), dtype, name="x")
+    y = te.compute((64,), lambda i: (te.cosh(x[i]) + te.sinh(x[i]) + x[i] ** x[i]
+                                     + te.power(x[i], -0.75) + x[i] ** 2 + te.sqrt(x[i]) ** 0.5),
+                   name="y")
+    k = ta.build([y], [x])
+    assert all(f"{f}_f32(" in k.source for f in ("cosh", "sinh", "pow")) == uses
+    assert k.source.count("pow_f32(") == 2 * uses
+    a = np.linspace(0.01, 5, 64).astype(dtype)
+    want = np.cosh(a) + np.sinh(a) + a ** a + a ** -0.75 + a ** 2 + np.sqrt(a) ** 0.5
     tol = 1e-6 if dtype == "float32" else 1e-14
     np.testing.assert_allclose(k(a)[0], want, rtol=tol, atol=tol)

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..schedule.plan import Plan
 from ..te import dtype as dt
+from ..te.expr import Call, Const
 from ..te.ops import Op
 from . import blas_threads, cache, threads
 from .cpu_render import CPURender
@@ -35,8 +36,16 @@ def _f32(d: str) -> bool:
     return d == "float32"
 
 
-# vecmath.py: float32 exp/log/log1p/erf/tanh/sigmoid as vectorizable polynomials,
-# float max/min as selects
+def _llvm_pow(e: Call) -> bool:
+    """x ** c that LLVM itself turns into exact inline arithmetic (x * x, 1 / x, a sqrt, x, 1),
+    or operands that are not both float32."""
+    c = e.args[1]
+    return (isinstance(c, Const) and c.value in (2.0, -1.0, 0.5, 1.0, 0.0)
+            or any(a.dtype != "float32" for a in e.args))
+
+
+# vecmath.py: float32 exp/log/log1p/erf/tanh/sigmoid/cosh/sinh/pow as vectorizable
+# polynomials, float max/min as selects
 _VEC_RULES: dict[Op, Rule] = {
     Op.EXP: _only(_f32, Op.EXP, lambda e, a: f"exp_f32({a[0]})"),
     Op.TANH: _only(_f32, Op.TANH, lambda e, a: f"tanh_f32({a[0]})"),
@@ -45,6 +54,10 @@ _VEC_RULES: dict[Op, Rule] = {
     Op.ERF: _only(_f32, Op.ERF, lambda e, a: f"erf_f32({a[0]})"),
     Op.SIGMOID: _only(_f32, Op.SIGMOID,
                       lambda e, a: f"({one_literal(e.dtype)} / ({one_literal(e.dtype)} + exp_f32(-{a[0]})))"),
+    Op.COSH: _only(_f32, Op.COSH, lambda e, a: f"cosh_f32({a[0]})"),
+    Op.SINH: _only(_f32, Op.SINH, lambda e, a: f"sinh_f32({a[0]})"),
+    Op.POW: _only(_f32, Op.POW, lambda e, a: EXPR_RULES[Op.POW](e, a) if _llvm_pow(e)
+                  else f"pow_f32({a[0]}, {a[1]})"),
     Op.MAX: _only(dt.is_float, Op.MAX, lambda e, a: f"fmax({a[0]}, {a[1]})"),
     Op.MIN: _only(dt.is_float, Op.MIN, lambda e, a: f"fmin({a[0]}, {a[1]})"),
 }
@@ -61,8 +74,8 @@ class CPURenderer(Renderer):
     target = "cpu"
     header = ("import math", "import numpy as np", "from numba import njit, objmode, prange",
               "from texpr_ad.kernels.numba_cpu import stack_matmul, window_matmul, window_matmul_a",
-              "from texpr_ad.kernels.vecmath import erf_f32, exp_f32, fmax, fmaximum, fmin, "
-              "fminimum, log1p_f32, log_f32, radd, tanh_f32  "
+              "from texpr_ad.kernels.vecmath import cosh_f32, erf_f32, exp_f32, fmax, fmaximum, "
+              "fmin, fminimum, log1p_f32, log_f32, pow_f32, radd, sinh_f32, tanh_f32  "
               f"# vecmath {_VECMATH}")
     rules = {**EXPR_RULES, **_VEC_RULES}
     helper_decorator = "@njit(cache=True)"

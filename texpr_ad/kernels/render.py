@@ -142,7 +142,7 @@ def top(s: str) -> str:
 _RESERVED = set(keyword.kwlist) | {
     "np", "math", "numba", "njit", "prange", "cuda", "range", "min", "max", "abs", "int",
     "float", "bool", "len", "print", "exp_f32", "tanh_f32", "log_f32", "log1p_f32", "erf_f32",
-    "fmax", "fmin", KERNEL_NAME, CHECK_NAME, ERR_NAME}
+    "cosh_f32", "sinh_f32", "pow_f32", "fmax", "fmin", KERNEL_NAME, CHECK_NAME, ERR_NAME}
 
 
 class Names:

@@ -1,4 +1,5 @@
-"""Vectorizable float32 `exp`, `log`, `log1p`, `erf` and `tanh` for the generated CPU kernels.
+"""Vectorizable float32 `exp`, `log`, `log1p`, `erf`, `tanh`, `cosh`, `sinh` and `x ** y` for the
+generated CPU kernels.
 
 Numba lowers `np.exp` on a float32 scalar to a call into libm's `expf`, and a
 loop with a call in it is never vectorized: the llvmlite wheels carry no SVML.
@@ -33,10 +34,26 @@ erf_f32: x P(x^2) / Q(x^2) on x clamped to [-4, 4] (the float32 rational of Eige
 XLA), evaluated in float64 (float32 Horner steps add up to 7 ulp near |x| = 3.5; in
 float64 the loop still vectorizes).  +-inf give +-1.  Max error 1.85 ulp.
 
+cosh_f32, sinh_f32: |x| = n ln2 + r in float64 (clamped to 100), cosh r and sinh r by their
+Taylor series to r^9, and the addition formulas with cosh/sinh(n ln2) = (2^n +- 2^-n) / 2; for
+|x| < ln2/2 that is sinh r itself, so no cancellation near 0 (sign by copysign: -0 stays -0).
+Rounded once to float32, so they overflow to inf exactly where NumPy's float32 does (|x| >
+89.42).  Max error 0.51 ulp.
+
+pow_f32: x ** y = e^(y ln|x|) in float64: ln|x| = e ln2 + 2 atanh s, s = (m - 1) / (m + 1)
+(m from `_frexp` as in log_f32, |s| < 0.172, the series to s^13), e^z as cosh + sinh above,
+2^-37 relative before the one rounding; the special cases are selects, as C's powf (NumPy's
+float32 power): x ** 0 = 1 ** y = 1 (NaN too), (-1) ** +-inf = 1, x < 0 with non-integer finite
+y is NaN, with odd integer y negative, (+-0) ** y = +-0 or +-inf by y's sign and parity, inf
+and NaN as IEEE.  Max error 0.51 ulp.  The renderer keeps `x ** c` for c in {0, 1, 2, -1, 0.5}:
+LLVM turns those into exact inline arithmetic itself.
+
 float64 kernels keep NumPy/libm (the gradient checks run in float64 and need
 its 0.5 ulp), so these are only used where the expression's dtype is float32.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numba import njit, types
@@ -47,16 +64,18 @@ _F = np.float32
 
 @intrinsic
 def _pow2(typingctx, n):
-    """2.0**n as float32 for an integral float32 n in [-126, 127]: exponent bits, no call."""
-    if n != types.float32:
+    """2.0**n in n's type for an integral n, in [-126, 127] (float32) or [-1022, 1023]
+    (float64): exponent bits, no call."""
+    if n not in (types.float32, types.float64):
         return None
+    ints, bias, shift = ((types.int32, 127, 23) if n == types.float32 else (types.int64, 1023, 52))
 
     def codegen(context, builder, sig, args):
-        i32 = context.get_value_type(types.int32)
-        e = builder.add(builder.fptosi(args[0], i32), i32(127))
-        return builder.bitcast(builder.shl(e, i32(23)), context.get_value_type(types.float32))
+        i = context.get_value_type(ints)
+        e = builder.add(builder.fptosi(args[0], i), i(bias))
+        return builder.bitcast(builder.shl(e, i(shift)), context.get_value_type(n))
 
-    return types.float32(types.float32), codegen
+    return n(n), codegen
 
 
 @intrinsic
@@ -202,6 +221,86 @@ def erf_f32(x: float) -> float:
     y = _ONE if y > _ONE else y
     y = -_ONE if y < -_ONE else y
     return y if x == x else x
+
+
+# -- in float64, rounded once: cosh, sinh, pow ------------------------------------------------
+# Float32 range reduction costs these several ulp (cosh(89) - ln2 in float32 loses 2^-18 of
+# it), so they reduce and sum in float64, ~2^-37 relative, and round once to float32: that
+# rounding makes overflow to inf and subnormal results exactly what IEEE float32 gives.
+
+_D = np.float64
+_LN2_D, _LOG2E_D, _HALF_D, _ONE_D, _TWO_D = _D(np.log(2.0)), _D(1 / np.log(2.0)), _D(0.5), _D(1), _D(2)
+_COSH_P = tuple(_D(1 / math.factorial(k)) for k in (8, 6, 4, 2, 0))  # cosh r, Taylor in r^2
+_SINH_P = tuple(_D(1 / math.factorial(k)) for k in (9, 7, 5, 3, 1))  # sinh r / r, in r^2
+
+
+@njit(inline="always")
+def _exp_parts(z: float) -> tuple:
+    """(n, cosh r, sinh r) with z = n ln2 + r, |r| <= ln2/2, for float64 z (|n| < 1000):
+    e^z = 2^n (cosh r + sinh r).  The Taylor series stop at r^8 and r^9: 2^-37 relative."""
+    n = np.floor(_fma(z, _LOG2E_D, _HALF_D))
+    r = _fma(-n, _LN2_D, z)
+    r2 = r * r
+    return n, _poly(_COSH_P, r2), r * _poly(_SINH_P, r2)
+
+
+_HYP_MAX = _D(100.0)  # cosh and sinh leave float32 above 89.42: clamped here, still > FLT_MAX
+
+
+@njit(inline="always")
+def _cosh_sinh(x: np.float32) -> tuple:
+    """(cosh |x|, sinh |x|) in float64 by the addition formulas over |x| = n ln2 + r: sinh r
+    carries the small-|x| case (n = 0) with no cancellation."""
+    ax = _D(abs(x))
+    n, c, s = _exp_parts(_HYP_MAX if ax > _HYP_MAX else ax)
+    e, f = _HALF_D * _pow2(n), _HALF_D * _pow2(-n)
+    return _fma(c, e + f, s * (e - f)), _fma(c, e - f, s * (e + f))
+
+
+@njit(inline="always", error_model="numpy")
+def cosh_f32(x: np.float32) -> np.float32:
+    """cosh(x) for float32 x, vectorizable (see the module docstring)."""
+    y = np.float32(_cosh_sinh(x)[0])
+    return y if x == x else x
+
+
+@njit(inline="always", error_model="numpy")
+def sinh_f32(x: np.float32) -> np.float32:
+    """sinh(x) for float32 x, vectorizable (see the module docstring)."""
+    y = np.float32(math.copysign(np.float32(_cosh_sinh(x)[1]), x))
+    return y if x == x else x
+
+
+_POW_Z = _D(200.0)  # |y ln x| beyond this is 0 or inf in float32 either way
+_LOG_S = tuple(_D(2 / k) for k in (13, 11, 9, 7, 5, 3))  # ln m = s (2 + s^2 P(s^2)), atanh series
+
+
+@njit(inline="always", error_model="numpy")
+def pow_f32(x: np.float32, y: np.float32) -> np.float32:
+    """x ** y for float32 x and y, vectorizable, with C's powf special cases (NumPy's float32
+    power): see the module docstring."""
+    ax = abs(x)
+    sub = ax < _TINY
+    m, e = _frexp(ax * _TWO23 if sub else ax)
+    e = e - _F(23.0) if sub else e
+    lo = m < _SQRT_HALF
+    md = _D(m + m if lo else m)
+    e = e - _ONE if lo else e
+    s = (md - _ONE_D) / (md + _ONE_D)  # ln m = 2 atanh s, |s| < 0.172
+    s2 = s * s
+    lnx = _fma(_D(e), _LN2_D, s * _fma(_poly(_LOG_S, s2), s2, _TWO_D))
+    lnx = lnx if ax < _INF else _D(ax)  # inf and NaN stay
+    lnx = -_D(np.inf) if ax == 0 else lnx
+    z = _D(y) * lnx
+    z = _POW_Z if z > _POW_Z else z  # NaN stays
+    n, c, t = _exp_parts(-_POW_Z if z < -_POW_Z else z)
+    r = np.float32((c + t) * _pow2(n))
+    r = r if z == z else np.float32(z)
+    yint = np.floor(y) == y  # +-inf count as even integers, as in C
+    odd = yint & (np.floor(y * _HALF) != y * _HALF)
+    r = -r if odd & (math.copysign(_ONE, x) < 0) else r  # (-0) ** 3 = -0, (-0) ** -3 = -inf
+    r = _NAN if (x < 0) & (x > -_INF) & (np.floor(y) != y) else r  # also y NaN
+    return _ONE if (y == 0) | (x == _ONE) | ((ax == _ONE) & (abs(y) == _INF)) else r
 
 
 @njit(inline="always")
