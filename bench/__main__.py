@@ -565,7 +565,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench import symbolic
         print()
         symbolic.run(names, a.quick, a.repeat)
+    print_cache_line()
     return 0
+
+
+def print_cache_line() -> None:
+    """Which machine code the texpr rows timed.  Numba optimizes a parallel kernel's loop body
+    again when it caches the kernel (numba#10617), so one loaded from the disk cache (a later
+    run's, what users run) can be faster or slower than the same source compiled in this run."""
+    from texpr_ad.kernels.cache import compile_counts
+    compiled, loaded = compile_counts()
+    print(f"\ntexpr kernels timed: {compiled} compiled in this run, {loaded} loaded from the disk "
+          f"cache (a cached parallel kernel runs re-optimized code, numba#10617: a second run "
+          f"times what later runs use)")
 
 
 if __name__ == "__main__":

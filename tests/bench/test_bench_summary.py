@@ -6,7 +6,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.__main__ import print_overall, print_summary  # noqa: E402
+from bench.__main__ import print_cache_line, print_overall, print_summary  # noqa: E402
 
 
 def _row(name: str, fwd: float, step: float, bwd: float | None, **extra) -> dict:
@@ -66,3 +66,12 @@ def test_compile_summary_compares_first_calls_with_torch_compile(capsys):
     assert "over 2 workloads" in out
     assert "texpr_ad       cold 4.00 / 4.00; warm 1.00 / 2.00" in out, out
     assert "torch.compile  cold 2.00 / 4.00; warm 1.00 / 2.00" in out, out
+
+
+def test_the_footer_says_how_many_timed_kernels_were_compiled_and_how_many_loaded(capsys,
+                                                                                  monkeypatch):
+    from texpr_ad.kernels import cache
+    monkeypatch.setattr(cache, "compile_counts", lambda: (3, 41))
+    print_cache_line()
+    out = capsys.readouterr().out
+    assert "3 compiled in this run, 41 loaded from the disk cache" in out
