@@ -18,7 +18,7 @@ BUDGET = {
     "te": 2868,
     "deriv": 1750,
     "ops": 2700,
-    "schedule": 3896,
+    "schedule": 3912,
     "kernels": 3622,
     "relax_bridge": 3554,
     "report": 1465,

@@ -67,3 +67,32 @@ def test_the_renderer_hoists_only_what_the_plan_says():
     xs, hs = r.standard_normal((300, 64)).astype("f4"), r.standard_normal((10, 64)).astype("f4")
     off = np.concatenate([[0], np.sort(r.integers(0, 300, 9)), [300]]).astype(np.int64)
     np.testing.assert_array_equal(plain(xs, off, hs)[0], k(xs, off, hs)[0])
+
+
+def _bag_grad(v: int, d: int):
+    """The gradient of a mean over bags of gathered rows (embedding_bag): a scatter-add into
+    dw[idx[n, r], k], rows in the order the indices list them."""
+    w = te.placeholder((v, d), "float32", name="w")
+    idx = te.placeholder((40, 4), "int64", name="idx")
+    r = te.reduce_axis((0, 4), "r")
+    y = te.compute((40, d), lambda n, k: te.sum(w[idx[n, r], k], axis=r) / 4.0, name="bag")
+    h = te.placeholder((40, d), "float32", name="head")
+    (dw,) = ta.grad(y, [w], head=h)
+    return ta.build([dw], [idx, h])
+
+
+@pytest.mark.parametrize("d, block", [(128, 128), (512, 256), (16, 16)])
+def test_a_scatter_into_gathered_rows_walks_the_indices_once_per_row_of_up_to_256(d, block):
+    """Each block walks every index again and misses on each gathered row again: rows of up to
+    SCATTER_GATHER_BLOCK values run in one block (before: blocks of 64 of a 128-wide table)."""
+    k = _bag_grad(50, d)
+    assert f"blocks of {block} k values per prange iteration" in str(k.plan), str(k.plan)
+    assert "a gathered row" in str(k.plan), str(k.plan)
+    r = np.random.default_rng(5)
+    idx, hs = r.integers(0, 50, (40, 4)), r.standard_normal((40, d)).astype("f4")
+    (got,) = k(idx, hs)
+    want = np.zeros((50, d))
+    for n in range(40):
+        for j in range(4):
+            want[idx[n, j]] += hs[n].astype(np.float64) / 4.0
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -20,6 +20,7 @@ from ..te.bounds import bound
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, ReduceKind, Var
 from ..te.printer import expr_str
 from ..te.tensor import ScatterUpdate, Tensor, shape_str
+from ..te.visit import walk
 from .loopnest import Kind, Loop, Node, Place, StageRef, refs
 from .loopnest import lines as nest_lines
 
@@ -348,7 +349,17 @@ class ScatterStage:
         if block:
             s += (f"; blocks of {block} {p} values per prange iteration, {p} innermost "
                   f"(contiguous)")
+            if self.gathers_rows:
+                s = s[:-1] + ("; a gathered row: every block walks all the indices again and "
+                              "misses on their rows again, so blocks are whole rows of up to 256)")
         return s
+
+    @property
+    def gathers_rows(self) -> bool:
+        """Whether a target index dim other than the parallel one reads a tensor: rows in the
+        order the data lists them (embedding_bag's gradient, dw[idx[n, r], k])."""
+        return any(isinstance(x, Read) for u in self.updates for d, i in enumerate(u.index)
+                   if d != self.parallel_dim for x in walk(i))
 
 
 Stage = ComputeStage | ScatterStage
