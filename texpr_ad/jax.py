@@ -14,8 +14,10 @@ intermediates the backward reads (see `Pullback.explain()`), kept as the rule's 
 the inputs and outputs; the backward callback reads them.  Integer inputs get a zero
 cotangent (None in the custom_vjp rule); integer outputs are not differentiated (their float0
 cotangents are not passed on).  Without `jax_enable_x64`, JAX keeps float64 as float32, so the
-kernels see float32, and a te function giving a 64-bit output is a JaxOpError.  First order
-only: differentiating the callbacks (jax.hessian, grad of grad) is a JaxOpError (`_callback`).
+kernels see float32, a te function giving a 64-bit output is a JaxOpError, and one with a
+64-bit intermediate recomputes it in the backward (`_save`).  First order, reverse mode only:
+differentiating the callbacks (jax.hessian, grad of grad: `_callback`) and jax.jvp are
+JaxOpErrors.  Python floats take the dtype of the first float array (JAX's weak types).
 
 Arguments: JAX or NumPy arrays and Python numbers (0-dim arrays, as `jnp.asarray` makes
 them: runtime values, one kernel for every value), positionally (`arrays.op_arguments`), in a
@@ -27,14 +29,14 @@ kernel's own run-time error (a gather index out of range) comes out of the callb
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from texpr_ad.api import CustomOp, param_names
-from texpr_ad.arrays import KERNEL_DTYPES, OpArgumentError, op_arguments, op_dtype, static_shape
+from texpr_ad.arrays import KERNEL_DTYPES, OpArgumentError, op_arguments, op_dtype, shape_env
 from texpr_ad.errors import TexprError
 
 
@@ -57,16 +59,21 @@ class JaxOp:
     Returns an array, or a tuple for several outputs.  `op.core` is the NumPy `ta.CustomOp`.
     """
 
-    def __init__(self, fn: Callable[..., Any], name: str):
+    def __init__(self, fn: Callable[..., Any], name: str, dynamic: bool = False,
+                 static_dims: Mapping[str, int | Sequence[int]] | None = None):
         self.name = name
-        self.core = CustomOp(fn, name)
+        self.core = CustomOp(fn, name, dynamic=dynamic, static_dims=static_dims)
         self._f = jax.custom_vjp(self._forward)
         self._f.defvjp(self._forward_rule, self._backward_rule)
+
+    def __reduce__(self) -> tuple:
+        """Pickled as its te function (by reference) and options; kernels are built again."""
+        return JaxOp, (self.core.fn, self.name, self.core.dynamic, self.core.static_dims)
 
     def __call__(self, *xs: Any, **kwargs: Any) -> Any:
         op_arguments(self.name, xs, kwargs, self._arg_names, _is_array,
                      "JAX array or Python number", "jnp.asarray(value)")
-        xs = tuple(jnp.asarray(x) for x in xs)  # as JAX takes NumPy arrays (64-bit types canonical)
+        xs = _weak_floats_cast(tuple(jnp.asarray(x) for x in xs))  # 64-bit types canonical
         for k, x in enumerate(xs):
             if np.dtype(x.dtype).name not in KERNEL_DTYPES:
                 op_dtype(self.name, self._label(xs, k), np.dtype(x.dtype).name,
@@ -77,7 +84,15 @@ class JaxOp:
                                  f"as host callbacks, which jax.export cannot serialize: call "
                                  f"the function under jax.jit (concrete shapes) instead of "
                                  f"exporting it")
-        outs = self._f(*xs)
+        try:
+            outs = self._f(*xs)
+        except TypeError as e:  # JAX's error for a custom_vjp under jax.jvp
+            if "forward-mode" not in str(e):
+                raise
+            raise JaxOpError(f"{self.name}: forward-mode differentiation (jax.jvp, jax.jacfwd, "
+                             f"the function jax.linearize returns) is not supported: the op has "
+                             f"a derived vjp only; use reverse mode (jax.vjp, jax.grad, "
+                             f"jax.jacrev)") from None
         return outs[0] if len(outs) == 1 else outs
 
     def _arg_names(self, n: int) -> list[str]:
@@ -88,27 +103,37 @@ class JaxOp:
     def _label(self, xs: Sequence[Any], k: int) -> str:
         return f"argument {k} ({self._arg_names(len(xs))[k]!r})"
 
-    def _pullback(self, xs: Sequence[Any]) -> Any:
-        return self.core.pullback([(np.shape(x), np.dtype(x.dtype)) for x in xs])
+    def _save(self, xs: Sequence[Any]) -> str:
+        """The pullback's `save` (while tracing): "auto", or "none" (recompute them in the
+        backward) where a saved intermediate is 64-bit and JAX, with 64-bit types disabled,
+        could not hold it (a float64 accumulation in a float32 op)."""
+        extra = self._pullback(xs, "auto").extra
+        return "none" if any(jax.dtypes.canonicalize_dtype(o.dtype) != np.dtype(o.dtype)
+                             for o in extra) else "auto"
 
-    def _out_specs(self, xs: Sequence[Any], extra: bool = False) -> tuple[jax.ShapeDtypeStruct, ...]:
-        """Shapes of the outputs (then of the saved intermediates, with `extra`)."""
-        _, outs = self.core.define([(np.shape(x), np.dtype(x.dtype)) for x in xs])
+    def _pullback(self, xs: Sequence[Any], save: str) -> Any:
+        return self.core.pullback([(np.shape(x), np.dtype(x.dtype)) for x in xs], save)
+
+    def _out_specs(self, xs: Sequence[Any], save: str | None = None
+                   ) -> tuple[jax.ShapeDtypeStruct, ...]:
+        """Shapes of the outputs (then of the saved intermediates of that `save`, if given)."""
+        specs_in = [(np.shape(x), np.dtype(x.dtype)) for x in xs]
+        _, outs = self.core.define(specs_in)
         n_out = len(outs)
-        if extra:
-            outs = outs + self._pullback(xs).extra
+        if save is not None:
+            outs = outs + self._pullback(xs, save).extra
         specs = []
-        for k, o in enumerate(outs):
+        for k, (o, s) in enumerate(zip(outs, self.core.out_shapes(specs_in, outs), strict=True)):
             what = f"{'output' if k < n_out else 'saved intermediate'} {o.name!r}"
-            s, d = static_shape(o), np.dtype(o.dtype)
-            if s is None:
+            d = np.dtype(o.dtype)
+            if not all(isinstance(n, (int, np.integer)) for n in s):
                 raise JaxOpError(f"{self.name}: {what} has a symbolic shape; the te "
                                  f"function must give outputs shaped by its inputs' shapes")
             if jax.dtypes.canonicalize_dtype(d) != d:
                 raise JaxOpError(f"{self.name}: {what} is {d}, but JAX has 64-bit types disabled; "
                                  f"enable them (jax.config.update('jax_enable_x64', True)) or make "
                                  f"the te function compute in 32 bits (float32, int32)")
-            specs.append(jax.ShapeDtypeStruct(s, d))
+            specs.append(jax.ShapeDtypeStruct(tuple(map(int, s)), d))
         return tuple(specs)
 
     def _forward(self, *xs: Any) -> tuple[Any, ...]:
@@ -131,21 +156,21 @@ class JaxOp:
 
     def _forward_rule(self, *xs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         """The outputs, and as residuals the inputs, outputs and saved intermediates."""
-        p = self._pullback(xs)
+        p = self._pullback(xs, save := self._save(xs))
         n = len(p.outputs)
         p.forward_kernel  # built while tracing (as in _forward)
 
         def host(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
-            return tuple(self._pullback(arrays).forward_kernel(*map(np.asarray, arrays)))
+            return tuple(self._pullback(arrays, save).forward_kernel(*map(np.asarray, arrays)))
 
-        ys = self._callback(host, self._out_specs(xs, extra=True), *xs)
+        ys = self._callback(host, self._out_specs(xs, save), *xs)
         return tuple(ys[:n]), (xs, tuple(ys))
 
     def _backward_rule(self, saved: tuple[Any, ...], gs: tuple[Any, ...]) -> tuple[Any, ...]:
         xs, ys = saved
         floats = [_is_float(x) for x in xs]
         specs = tuple(jax.ShapeDtypeStruct(np.shape(x), x.dtype) for x, f in zip(xs, floats) if f)
-        p = self._pullback(xs)
+        p = self._pullback(xs, save := self._save(xs))
         p.backward_kernel  # built while tracing (as in _forward)
         live = [k for k, o in enumerate(p.outputs) if _is_float(o)]  # integer ones get float0
         nx, ng, no = len(xs), len(live), len(p.outputs)
@@ -153,12 +178,13 @@ class JaxOp:
         def host(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
             arrays = tuple(map(np.asarray, arrays))
             ins, given, saved = arrays[:nx], arrays[nx:nx + ng], arrays[nx + ng:]
-            p = self._pullback(ins)
-            heads = [np.zeros(static_shape(o), o.dtype) for o in p.outputs]
+            p = self._pullback(ins, save)
+            heads = [np.zeros(y.shape, o.dtype) for y, o in zip(saved, p.outputs)]
             for k, g in zip(live, given, strict=True):
                 heads[k] = g
             res = p.residuals(ins, saved[:no], saved[no:])
-            got = p.backward(res, *self.core._heads(heads, p.outputs))
+            env = shape_env(p.inputs, [a.shape for a in ins])  # dynamic=True: the symbolic dims
+            got = p.backward(res, *self.core._heads(heads, p.outputs, env))
             return tuple(np.zeros_like(x) if r is None else r
                          for r, x, f in zip(got, ins, floats, strict=True) if f)
 
@@ -170,10 +196,20 @@ def _raise(e: Exception) -> Any:
     raise e
 
 
-def custom_op(fn: Callable[..., Any], name: str = "custom_op") -> JaxOp:
+def _weak_floats_cast(xs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Weakly typed floats (Python floats) in the dtype of the first other float array, as JAX
+    promotes them (`x * 0.5` stays float32 with `jax_enable_x64` on)."""
+    weak = [_is_float(x) and jax.typeof(x).weak_type for x in xs]
+    dtype = next((x.dtype for x, w in zip(xs, weak) if _is_float(x) and not w), None)
+    return xs if dtype is None else tuple(x.astype(dtype) if w else x for x, w in zip(xs, weak))
+
+
+def custom_op(fn: Callable[..., Any], name: str = "custom_op", dynamic: bool = False,
+              static_dims: Mapping[str, int | Sequence[int]] | None = None) -> JaxOp:
     """Turn a te function (placeholders in, te tensor or list of them out; see `ta.custom_op`)
-    into a JAX function with a derived vjp (`jax.grad`, `jax.jit` and `jax.vmap` work)."""
-    return JaxOp(fn, name)
+    into a JAX function with a derived vjp (`jax.grad`, `jax.jit` and `jax.vmap` work);
+    `dynamic=True` builds kernels per rank and dtype, not per shape (`static_dims` pins dims)."""
+    return JaxOp(fn, name, dynamic, static_dims)
 
 
 __all__ = ["JaxOp", "JaxOpError", "OpArgumentError", "custom_op"]

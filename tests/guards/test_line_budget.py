@@ -14,8 +14,8 @@ PKG = Path(__file__).resolve().parents[2] / "texpr_ad"
 TOP = "*.py"  # the modules directly in texpr_ad/ (api, torch, jax, pullback, ...)
 
 BUDGET = {
-    TOP: 1359,
-    "te": 2868,
+    TOP: 1391,
+    "te": 2870,
     "deriv": 1750,
     "ops": 2700,
     "schedule": 3912,

@@ -385,8 +385,10 @@ class _Prover:
                         lo = Const(m, lo.dtype)
                     return sub(lo)
                 return sub(lo + _live_extent(n) - 1)
-            case Call(op=Op.CAST, args=(x,)) if dt.is_int(x.dtype):
-                # built without the operators: they would cast `x` back to `rest`'s dtype
+            case Call(op=Op.CAST, args=(x,)) if dt.is_int(x.dtype) and \
+                    dt.NARROW.get(x.dtype, (k, k))[0] <= k <= dt.NARROW.get(x.dtype, (k, k))[1]:
+                # built without the operators: they would cast `x` back to `rest`'s dtype (a `k`
+                # that `x`'s narrow dtype cannot hold, -1 for a uint8 index: the interval below)
                 kx = Call(Op.MUL, (Const(k, x.dtype), x), x.dtype)
                 return self.prove(Call(Op.ADD, (rest, kx), rest.dtype), known)
             case Call(op=Op.MIN | Op.MAX, args=(x, y)):
