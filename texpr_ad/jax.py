@@ -17,7 +17,7 @@ cotangents are not passed on).  Without `jax_enable_x64`, JAX keeps float64 as f
 kernels see float32, a te function giving a 64-bit output is a JaxOpError, and one with a
 64-bit intermediate recomputes it in the backward (`_save`).  First order, reverse mode only:
 differentiating the callbacks (jax.hessian, grad of grad: `_callback`) and jax.jvp are
-JaxOpErrors.  Python floats take the dtype of the first float array (JAX's weak types).
+JaxOpErrors.  Python numbers take the dtype of the first array of their kind (weak types).
 
 Arguments: JAX or NumPy arrays and Python numbers (0-dim arrays, as `jnp.asarray` makes
 them: runtime values, one kernel for every value), positionally (`arrays.op_arguments`), in a
@@ -73,7 +73,7 @@ class JaxOp:
     def __call__(self, *xs: Any, **kwargs: Any) -> Any:
         op_arguments(self.name, xs, kwargs, self._arg_names, _is_array,
                      "JAX array or Python number", "jnp.asarray(value)")
-        xs = _weak_floats_cast(tuple(jnp.asarray(x) for x in xs))  # 64-bit types canonical
+        xs = _weak_cast(tuple(jnp.asarray(x) for x in xs))  # 64-bit types canonical
         for k, x in enumerate(xs):
             if np.dtype(x.dtype).name not in KERNEL_DTYPES:
                 op_dtype(self.name, self._label(xs, k), np.dtype(x.dtype).name,
@@ -196,12 +196,15 @@ def _raise(e: Exception) -> Any:
     raise e
 
 
-def _weak_floats_cast(xs: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Weakly typed floats (Python floats) in the dtype of the first other float array, as JAX
-    promotes them (`x * 0.5` stays float32 with `jax_enable_x64` on)."""
-    weak = [_is_float(x) and jax.typeof(x).weak_type for x in xs]
-    dtype = next((x.dtype for x, w in zip(xs, weak) if _is_float(x) and not w), None)
-    return xs if dtype is None else tuple(x.astype(dtype) if w else x for x, w in zip(xs, weak))
+def _weak_cast(xs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Weakly typed numbers (Python floats, ints) in the dtype of the first other array of their
+    kind, as JAX promotes them (`x * 0.5` float32, `idx + 1` int32 with `jax_enable_x64` on)."""
+    kinds = [np.dtype(x.dtype).kind if jax.typeof(x).weak_type else None for x in xs]
+    to: dict[str, Any] = {}
+    for x, k in zip(xs, kinds):
+        if k is None:
+            to.setdefault(np.dtype(x.dtype).kind, x.dtype)
+    return tuple(x.astype(to[k]) if k in ("f", "i") and k in to else x for x, k in zip(xs, kinds))
 
 
 def custom_op(fn: Callable[..., Any], name: str = "custom_op", dynamic: bool = False,

@@ -39,10 +39,10 @@ def _rms_ref(x, g):
     return x * g * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + 1e-6)
 
 
-def test_a_python_float_takes_the_dtype_of_the_float_arrays_as_in_jax():
+def test_a_python_number_takes_the_dtype_of_the_arrays_of_its_kind_as_in_jax():
     """Before: with jax_enable_x64 on, op(x_float32, 0.5, b_float32) returned float64 (the
     Python float became a float64 array), where x * 0.5 + b is float32 in JAX (weak types);
-    a float32 model's activations silently turned float64."""
+    a float32 model's activations silently turned float64 (and int32 indices + 1, int64)."""
     op = tj.custom_op(_scale_shift, name="scale_shift_weak")
     x = jnp.asarray(np.random.default_rng(0).standard_normal((3, 4)), jnp.float32)
     b = jnp.linspace(-1, 1, 4, dtype=jnp.float32)
@@ -57,6 +57,12 @@ def test_a_python_float_takes_the_dtype_of_the_float_arrays_as_in_jax():
     np.testing.assert_allclose(ours, theirs, rtol=1e-5)
     y64 = op(x.astype(jnp.float64), 0.5, b.astype(jnp.float64))  # float64 arrays stay float64
     assert y64.dtype == jnp.float64
+    shift = tj.custom_op(lambda idx, s: te.compute(idx.shape, lambda i: idx[i] + s, name="y"),
+                         name="shift_weak")
+    idx = jnp.asarray([1, 2, 3], jnp.int32)
+    for f in (shift, jax.jit(shift)):  # a Python int: int32, as idx + 1 (it was int64)
+        assert f(idx, 1).dtype == (idx + 1).dtype == jnp.int32
+        np.testing.assert_array_equal(f(idx, 1), idx + 1)
 
 
 def test_forward_mode_is_a_clear_jax_op_error_and_reverse_mode_jacobians_work():
