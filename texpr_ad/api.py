@@ -74,7 +74,7 @@ class CustomOp:
         if not callable(fn):
             raise CustomOpError(f"custom_op {name!r}: expected a te function, got {type(fn).__name__}")
         self.fn, self.name, self.target, self.dynamic = fn, name, target, bool(dynamic)
-        self.static_dims = _static_dims(static_dims, name)
+        self.static_dims = _static_dims(static_dims, name, fn)
         self.builds = 0  # kernels built (forward and backward) by this op: new shapes, new kernels
         self._static_only = False  # the te function needs concrete sizes (int(A.shape[0]))
         self._symbolic: dict[tuple, set[tuple[int, int]]] = {}  # rank/dtype -> symbolic (arg, dim)
@@ -291,14 +291,32 @@ def custom_op(fn: Callable[..., Any], name: str = "custom_op", target: str = "cp
     return CustomOp(fn, name, target, dynamic, static_dims)
 
 
-def _static_dims(spec: Mapping[str, int | Sequence[int]] | None, op: str) -> dict[str, tuple[int, ...]]:
-    """`static_dims` as {parameter name: dims}, or a CustomOpError saying what it takes."""
+def _static_dims(spec: Mapping[str, int | Sequence[int]] | None, op: str,
+                 fn: Callable[..., Any]) -> dict[str, tuple[int, ...]]:
+    """`static_dims` as {parameter name: dims}, or a CustomOpError saying what it takes (a name
+    that is not one of `fn`'s parameters too: a typo would leave the dims symbolic)."""
     out: dict[str, tuple[int, ...]] = {}
-    for n, d in (spec or {}).items():
+    for n, d in (spec.items() if isinstance(spec, Mapping) else [(spec, None)] if spec is not None else []):
         dims = (d,) if isinstance(d, int) else tuple(d) if isinstance(d, (list, tuple)) else None
         if not isinstance(n, str) or dims is None or not all(isinstance(x, int) for x in dims):
             raise CustomOpError(f"custom_op {op!r}: static_dims maps parameter names to dims (an "
                                 f"int or a tuple of ints), e.g. static_dims={{'w': (0, 1)}}; got "
-                                f"{n!r}: {d!r}")
+                                + (f"{n!r}: {d!r}" if isinstance(spec, Mapping) else repr(spec)))
+        if (have := _other_params(fn, n)) is not None:
+            raise CustomOpError(f"custom_op {op!r}: static_dims names {n!r}, not a parameter of "
+                                f"its te function ({have})")
         out[n] = dims
     return out
+
+
+def _other_params(fn: Callable[..., Any], name: str) -> str | None:
+    """None where `name` is a placeholder name of `fn` (`xs3` for `*xs`), else its parameters."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # no signature to check
+        return None
+    pos = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    star = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), None)
+    if name in pos or (star and name.startswith(star) and name[len(star):].isdigit()):
+        return None
+    return ", ".join(pos + [f"*{star}"] * bool(star))

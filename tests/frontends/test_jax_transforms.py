@@ -9,6 +9,7 @@ import pytest
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
+import texpr_ad as ta  # noqa: E402
 import texpr_ad.jax as tj  # noqa: E402
 from texpr_ad import te  # noqa: E402
 
@@ -150,3 +151,17 @@ def test_a_float64_intermediate_differentiates_with_x64_disabled():
             got = grad(x)
             assert got.dtype == jnp.float32
             np.testing.assert_allclose(got, jax.grad(loss(ref))(x), rtol=1e-5, atol=1e-6)
+
+
+def test_static_dims_naming_no_parameter_or_not_a_mapping_is_a_clear_error():
+    """Before: static_dims={"gain": 0} for a parameter named g was silently ignored (the dims
+    stayed symbolic: slower kernels, no message), and static_dims=0 was an AttributeError
+    ("'int' object has no attribute 'items'") from inside the core."""
+    with pytest.raises(ta.CustomOpError, match=r"static_dims names 'gain', not a parameter of its "
+                                            r"te function \(x, g\)"):
+        tj.custom_op(_rms_sym, name="rms_typo", dynamic=True, static_dims={"gain": 0})
+    with pytest.raises(ta.CustomOpError, match="static_dims maps parameter names to dims.*got 0"):
+        tj.custom_op(_rms_sym, name="rms_int", dynamic=True, static_dims=0)
+    star = tj.custom_op(lambda *xs: te.compute(xs[0].shape, lambda i: xs[0][i] * xs[1][i],
+                                               name="y"), name="star", static_dims={"xs1": 0})
+    assert star.core.static_dims == {"xs1": (0,)}  # `*xs` placeholders are xs0, xs1, ...
