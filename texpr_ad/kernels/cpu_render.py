@@ -140,7 +140,24 @@ class CPURender(CPUFold):
     def siblings(self, depth: int, stages: list[ComputeStage]) -> None:
         """Lanes reductions over the same loops (a SIBLINGS loop of fuse.py, written over the
         first one's axes): the loops once, an accumulator per stage stepping in the innermost,
-        then each stage's store."""
+        then each stage's store.  Elementwise stages (no reduction): each stage's store in the
+        innermost loop, in order."""
+        if not any(isinstance(x, Reduce) for st in stages for x in walk(st.bodies[0])):
+            scoped = []
+            for st in stages:
+                env: dict[Expr, str] = {}
+                self.recip = {}
+                self.hoist_values(depth, st, env)
+                scoped.append((st, env, self.recip))
+            for a in stages[0].order[stages[0].fused:]:
+                self.range_loop(depth, a, {})
+                depth += 1
+            for st, env, self.recip in scoped:  # (one scope: the loop's axis names)
+                t = st.tensors[0]
+                assert t is not None
+                self.emit(depth, f"{self.index(t, [self.axis(a) for a in st.axes])} = "
+                                 f"{top(self.expr(st.bodies[0], env))}")
+            return
         envs: list[dict[Expr, str]] = []
         recips = []
         for st in stages:

@@ -49,7 +49,7 @@ from typing import Any, Callable, Iterator, Mapping
 from ..te.expr import Const, Expr, IterVar, Read, Reduce, always, const
 from ..te.tensor import Tensor
 from ..te.visit import reads_in, transform, walk
-from .loopnest import REASONS, Loop, LoopKind, Node, Place, StageRef, refs
+from .loopnest import REASONS, SIBLING_STORES, Loop, LoopKind, Node, Place, StageRef, refs
 from .plan import Accumulate, ComputeStage, ScatterStage, Stage, wide_sum
 from .plan import with_cpu as _cpu
 
@@ -213,13 +213,19 @@ def _prange_body(members: list[Stage], readers: dict[int, set[str]]
     for st in members:
         hit = _siblings(st, out, nodes) if LoopKind.SIBLINGS in NESTED else None
         if hit is not None:
-            k, sm = hit
+            k, sm, down = hit
             st = renamed(st, sm)  # type: ignore[arg-type]
+            if down:
+                names = {r.name for r in refs((nodes[k],))}
+                nodes.append(nodes.pop(k))
+                out = [x for x in out if x.name not in names] + [x for x in out if x.name in names]
+                k = len(nodes) - 1
             node = nodes[k]
             body = node.body if isinstance(node, Loop) else (node,)
             outer = st.order[st.fused] if len(st.order) > st.fused else first_reduction(st).axis[0]
             nodes[k] = Loop(LoopKind.SIBLINGS, outer.extent, (
-                *body, StageRef(st.name, place.get(st.name, Place.ARRAY))), REASONS[LoopKind.SIBLINGS])
+                *body, StageRef(st.name, place.get(st.name, Place.ARRAY))),
+                SIBLING_STORES if _stores(st) else REASONS[LoopKind.SIBLINGS])
             last = max(i for i, x in enumerate(out) if x.name in {r.name for r in refs((nodes[k],))})
             out.insert(last + 1, st)
             continue
@@ -340,8 +346,15 @@ def _row_map(e: ComputeStage, st: Stage) -> dict[IterVar, IterVar] | None:
 
 def _sibling_map(head: ComputeStage, st: Stage) -> dict[IterVar, IterVar] | None:
     """`st`'s data and reduce axes -> `head`'s, if both are lanes reductions (one reduction of
-    one body each, unconditioned) over loops of the same extents and accumulation, so that
-    `st` can fold in `head`'s loop nest; None otherwise."""
+    one body each, unconditioned) over loops of the same extents and accumulation, or both
+    elementwise (`_stores`) over serial loops of the same extents, so that `st` can fold in
+    `head`'s loop nest; None otherwise."""
+    if _stores(head) or _stores(st):
+        pairs = list(zip(head.order, st.order))
+        ok = _stores(head) and _stores(st) and len(head.order) == len(st.order) \
+            and head.fused == st.fused  # type: ignore[union-attr]
+        return {y: x for x, y in pairs} if ok and all(
+            x.lo.same_as(y.lo) and x.extent.same_as(y.extent) for x, y in pairs) else None
     c, ch = st.cpu, head.cpu
     if not (isinstance(st, ComputeStage) and c is not None and ch is not None and c.lanes > 1
             and c.lanes == ch.lanes and len(st.bodies) == len(head.bodies) == 1
@@ -363,21 +376,42 @@ def _sibling_map(head: ComputeStage, st: Stage) -> dict[IterVar, IterVar] | None
     return m
 
 
+def _stores(st: Stage) -> bool:
+    """An elementwise stage of one body over serial loops, with no loop decision of its own."""
+    c = st.cpu
+    return (isinstance(st, ComputeStage) and len(st.bodies) == 1 and st.tensors[0] is not None
+            and len(st.order) > st.fused and c.lanes <= 1 and not (
+                c.accumulate or c.contraction or c.split or c.ranges or c.views)
+            and not any(isinstance(x, Reduce) for x in walk(st.bodies[0])))
+
+
 def _siblings(st: Stage, out: list[Stage], nodes: list[Node]
-              ) -> tuple[int, dict[IterVar, IterVar]] | None:
-    """(index in `nodes`, axis map) of the earliest plain member or SIBLINGS loop that `st` can
-    fold with, when `st` reads nothing written by it or by any member after it; else None."""
+              ) -> tuple[int, dict[IterVar, IterVar], bool] | None:
+    """(index in `nodes`, axis map, whether that node moves down to the end) of the earliest
+    plain member or SIBLINGS loop that `st` can fold with, when `st` reads nothing written by
+    it or by any member after it; else None.  An elementwise `st` that reads a member after
+    it may instead fold with it where no member after it reads what it writes: that node
+    moves down to `st` (a gradient's row loop next to another's, past the row scalars that
+    only the other reads)."""
     reads = {id(r.tensor) for r in stage_reads(st)}
+    blocked = False  # a member at or after the candidate writes what `st` reads
     for k in range(len(nodes) - 1, -1, -1):
         node = nodes[k]
         names = {r.name for r in refs((node,))}
-        if any(id(t) in reads for x in out if x.name in names for t in _written(x)):
-            return None
+        writes = {id(t) for x in out if x.name in names for t in _written(x)}
+        if writes & reads:
+            if not _stores(st):
+                return None
+            blocked = True
+            continue
         if isinstance(node, StageRef) or node.kind is LoopKind.SIBLINGS:
             head = next(x for x in out if x.name == next(refs((node,))).name)
             m = NESTED[LoopKind.SIBLINGS](head, st) if isinstance(head, ComputeStage) else None
-            if m is not None:
-                return k, m
+            later = {r.name for n in nodes[k + 1:] for r in refs((n,))}
+            if m is not None and not (blocked and any(
+                    id(r.tensor) in writes for x in out if x.name in later
+                    for r in stage_reads(x))):
+                return k, m, blocked
     return None
 
 

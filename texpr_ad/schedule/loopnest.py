@@ -11,7 +11,8 @@ stages share, made by the fusion rewrite (`fuse.py`):
 - `ROW`: an elementwise stage's row loop, in which a reduction of that row folds each element as
   it is stored (softmax's `exp` and its sum: one pass over the row).
 - `SIBLINGS`: reductions of a prange over the same loops that do not read each other, folding
-  in one loop nest with an accumulator each (a normalization gradient's sums: one pass).
+  in one loop nest with an accumulator each (a normalization gradient's sums: one pass); or
+  elementwise stages likewise, a store each (two gradients over the same rows: one pass).
 - `STEPPED`: in a CHUNKS loop, a scalar sum over the same rows and columns whose stepped
   accumulators ride in the row loop of the chunks (ew_chain's forward: one pass).
 
@@ -96,6 +97,9 @@ REASONS = {
     LoopKind.STEPPED: "a scalar sum over the chunks' rows and columns steps its accumulators in "
                       "their row loop (one pass over the rows for it too; same terms, same order)",
 }
+SIBLING_STORES = ("elementwise stages over the same loops that do not read each other run in one "
+                  "loop nest, a store each (one pass over what they read; a term they share "
+                  "computed once)")
 PLACES = {Place.ROW_BUFFER: "only later stages of this prange read it, at the same parallel "
                             "index: a buffer per iteration without that dim, which stays in cache"}
 

@@ -170,7 +170,8 @@ def collapse_rows(stages: list[Stage], nest: tuple[Node, ...], inputs: tuple[Ten
     for n in nest:
         for g in (_loops(n) if isinstance(n, Loop) else ()):
             names = [r.name for r in refs((g,))]
-            if g.kind is LoopKind.SIBLINGS and len({_reduce_axes(out[k]) for k in names}) > 1:
+            if g.kind is LoopKind.SIBLINGS and len({_reduce_axes(out[k]) or tuple(
+                    id(a) for a in out[k].order) for k in names}) > 1:  # (elementwise: its loops)
                 out.update({k: st for st in stages if (k := st.name) in names})
     return [out[st.name] for st in stages]
 
