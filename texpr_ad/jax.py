@@ -5,8 +5,8 @@
     y = rms(x, g); jax.grad(lambda x: rms(x, g).sum())(x)  # jax.jit, jax.grad, jax.vmap work
 
 Route: `jax.custom_vjp` whose forward and backward are `jax.pure_callback`s into the core
-`ta.custom_op` (Numba CPU kernels, built and cached per shape/dtype signature); output shapes
-come from the te definition (`CustomOp.define`), so `jax.jit` traces without running kernels.
+`ta.custom_op` (Numba CPU kernels, cached per shape, or rank with dynamic=True, and dtype); output
+shapes come from the te definition (`CustomOp.define`), so `jax.jit` traces without running kernels.
 Host (CPU) arrays only: on an accelerator backend JAX copies the operands to the host for
 the callback.  Under `jax.vmap` the callback runs once per batch element (`sequential`).
 Residuals (`ta.vjp`): under differentiation the forward callback also returns the
