@@ -14,10 +14,7 @@ import texpr_ad.jax as tj  # noqa: E402
 from texpr_ad import te  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def x64():
-    with jax.enable_x64(True):
-        yield
+pytestmark = pytest.mark.usefixtures("x64")  # tests/frontends/conftest.py
 
 
 def _scale_shift(x, s, b):
