@@ -1,7 +1,6 @@
 """Structure of plans and generated source (rendering only: nothing is compiled here)."""
 from __future__ import annotations
 
-import math
 import re
 import os
 import subprocess
@@ -333,31 +332,6 @@ def test_loop_invariant_reads_are_hoisted_but_guarded_reads_are_not():
     b, c = ta.build([B, C], [A, s])(a, sv)
     np.testing.assert_allclose(b, a / sv[:, None], rtol=1e-6)
     np.testing.assert_array_equal(c, np.where(np.arange(100)[None] > 0, sv[:, None], a))
-
-
-def test_math_calls_repeated_in_a_select_branch_are_bound_once_under_its_guard():
-    # GEGLU's backward: dx = (dA if j < f else 0) + (dG if j >= f else 0), the derivative dG
-    # spells tanh(u) five times (d tanh = 1 - tanh^2 and the product rule).  The branch binds
-    # it once, in an `if` that keeps x[i, j - f] under its guard (it was 9 calls, inline).
-    n, f, c = 8, 32, math.sqrt(2.0 / math.pi)
-    x = te.placeholder((n, 2 * f), "float32", name="x")
-
-    def body(i, j):
-        a, g = x[i, j], x[i, j + f]
-        return a * (0.5 * g * (1.0 + te.tanh(c * (g + 0.044715 * g * g * g))))
-    y = te.compute((n, f), body, name="geglu")
-    h = te.placeholder(y.shape, "float32", name="h")
-    (dx,) = ta.grad(y, [x], head=h)
-    _, src = render([dx], [x, h])
-    assert src.count("tanh_f32(") == 2, src  # one per branch
-    assert re.search(r"\n( +)if j >= 32:\n\1    dx_t = tanh_f32\(", src), src
-    rng = np.random.default_rng(0)
-    xv, hv = (rng.standard_normal(s_, dtype=np.float32) for s_ in ((n, 2 * f), (n, f)))
-    a, g, h64 = xv[:, :f].astype(np.float64), xv[:, f:].astype(np.float64), hv.astype(np.float64)
-    t = np.tanh(c * (g + 0.044715 * g ** 3))
-    dgel = 0.5 * (1 + t) + 0.5 * g * (1 - t * t) * c * (1 + 3 * 0.044715 * g * g)
-    want = np.concatenate([h64 * 0.5 * g * (1 + t), h64 * a * dgel], axis=1)
-    np.testing.assert_allclose(ta.build([dx], [x, h])(xv, hv)[0], want, rtol=2e-5, atol=2e-6)
 
 
 def test_a_read_guarded_by_a_select_is_never_evaluated_outside_its_branch():

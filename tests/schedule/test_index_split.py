@@ -2,6 +2,7 @@
 (schedule/cpu_ranges.py): the plan says so, the source has one loop per range and no select on
 the axis, and every value is the unsplit one."""
 import math
+import re
 
 import numpy as np
 
@@ -22,6 +23,17 @@ def _geglu(n: int, f: int):
     return ta.build([dx], [x, h])
 
 
+def _geglu_reference(x: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """GEGLU's dx in float64 NumPy (d tanh = 1 - tanh^2 and the product rule)."""
+    f = h.shape[1]
+    a, g, h = x[:, :f].astype(np.float64), x[:, f:].astype(np.float64), h.astype(np.float64)
+    c = math.sqrt(2.0 / math.pi)
+    t = np.tanh(c * (g + 0.044715 * g ** 3))
+    da = h * 0.5 * g * (1 + t)
+    dg = h * a * (0.5 * (1 + t) + 0.5 * g * (1 - t * t) * c * (1 + 3 * 0.044715 * g * g))
+    return np.concatenate([da, dg], 1)
+
+
 def test_geglu_backward_splits_at_the_half_and_matches_numpy():
     k = _geglu(8, 256)
     st = k.plan.stage("dx")
@@ -31,12 +43,20 @@ def test_geglu_backward_splits_at_the_half_and_matches_numpy():
     assert " if " not in body and "if j" not in body and body.count("range(") == 3
     rng = np.random.default_rng(0)
     x, h = rng.standard_normal((8, 512)).astype(np.float32), rng.standard_normal((8, 256)).astype(np.float32)
-    a, g = x[:, :256].astype(np.float64), x[:, 256:].astype(np.float64)
-    c = math.sqrt(2.0 / math.pi)
-    t = np.tanh(c * (g + 0.044715 * g ** 3))
-    da = h * 0.5 * g * (1 + t)
-    dg = h * a * (0.5 * (1 + t) + 0.5 * g * (1 - t * t) * c * (1 + 3 * 0.044715 * g * g))
-    np.testing.assert_allclose(k(x, h)[0], np.concatenate([da, dg], 1), rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(k(x, h)[0], _geglu_reference(x, h), rtol=2e-5, atol=2e-5)
+
+
+def test_math_calls_repeated_in_a_select_branch_are_bound_once_under_its_guard():
+    # GEGLU's backward too short to split: dx = (dA if j < f else 0) + (dG if j >= f else 0),
+    # the derivative dG spells tanh(u) five times.  The branch binds it once, in an `if` that
+    # keeps x[i, j - f] under its guard (it was 9 calls, inline).
+    k = _geglu(8, 32)
+    src = k.source
+    assert src.count("tanh_f32(") == 2, src  # one per branch
+    assert re.search(r"\n( +)if j >= 32:\n\1    dx_t = tanh_f32\(", src), src
+    rng = np.random.default_rng(0)
+    xv, hv = (rng.standard_normal(s_, dtype=np.float32) for s_ in ((8, 64), (8, 32)))
+    np.testing.assert_allclose(k(xv, hv)[0], _geglu_reference(xv, hv), rtol=2e-5, atol=2e-6)
 
 
 def test_three_ranges_breakpoints_outside_the_loop_and_reads_only_in_their_range():
