@@ -1,6 +1,7 @@
 """Structure of plans and generated source (rendering only: nothing is compiled here)."""
 from __future__ import annotations
 
+import math
 import re
 import os
 import subprocess
