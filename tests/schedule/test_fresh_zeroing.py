@@ -1,5 +1,5 @@
 """A scatter's large output is passed in as `np.zeros` by the caller (`Zeroing.FRESH`,
-schedule/cpu.zeroing): the plan decides and prints it, the source neither allocates nor fills
+schedule/cpu_scatter.zeroing): the plan decides and prints it, the source neither allocates nor fills
 the target, and the values match NumPy, including rows no index reaches and on every call (a
 reused array would keep the previous sums).  Smaller or intermediate targets keep their
 in-kernel zeroing.  No timing."""

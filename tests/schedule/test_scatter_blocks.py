@@ -1,4 +1,4 @@
-"""Scatter blocking (schedule/cpu.scatter_block) and the index dims computed once before the
+"""Scatter blocking (schedule/cpu_scatter.scatter_block) and the index dims computed once before the
 block loop (the plan's `hoisted`, spelled by kernels/cpu_render.invariant_indices).  Decisions on the plan and the source;
 results against float64 NumPy; a bad index still raises.  No timing."""
 from __future__ import annotations

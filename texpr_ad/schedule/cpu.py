@@ -36,8 +36,8 @@ call) get BLAS contractions, memory-order reductions and lanes, not split sums o
                   (softmax, normalizations; an intermediate only they read becomes a row
                   buffer), the chunk loops of split reductions over the same rows, and an
                   elementwise stage's row loop folding its row reduction.
-   scatter_block - a scatter parallel over the target's last dim runs the prange over
-                  blocks of it, with the block innermost (contiguous, still race-free).
+   scatter      - (cpu_scatter.py) a scatter parallel over the target's last dim runs its prange
+                  over blocks of it; how its target is zeroed.
 9. hoist        - (steps 9 and 10 live in cpu_invariants.py) values that the serial loops of a stage do not change (`softmax_max[i]`,
                   `log(s[i])` in a row loop over j) are computed once before them: LLVM cannot
                   hoist loads past stores to another array it cannot prove distinct, nor
@@ -67,14 +67,15 @@ from ..te.ops import Op
 from ..te.printer import expr_str
 from ..te.reduce import sum as te_sum
 from ..te.simplify import simplify
-from ..te.tensor import Tensor, compute, reduce_axis
+from ..te.tensor import compute, reduce_axis
 from ..te.visit import bounds_depend_on_axes, children, substitute, walk
 from . import cpu_implicit, normalize
 from .contraction import Operand, Role, SumOfProduct, normal_form, product
 from .cpu_col2im import col2im_scatter
 from .cpu_ranges import split_ranges
 from .checks import node_checks, plain
-from .cpu_invariants import FRESH_BYTES, hoist, nbytes, workspace
+from .cpu_invariants import hoist, workspace
+from .cpu_scatter import scatter_block, zeroing
 from .fuse import first_reduction, fuse
 from .reorder import collapse_rows, reorder_reductions, reorderable, static_size, tighten
 from .fuse import stage_reads as _reads
@@ -82,7 +83,7 @@ from .loopnest import Loop, LoopKind, Node, Place, StageRef, refs
 from .nest import MIN_PARALLEL_CHUNKS, Expander, compute_stage, extent_product
 from .nest import const_int as _const, iteration_count as _work, reduction_notes as _reduction_notes
 from .plan import (SUM_CHAIN, Accumulate, ComputeStage, Contraction, CpuStagePlan, Inline, Plan,
-                   ScatterStage, ScheduleError, Split, Stage, Zeroing, wide_sum)
+                   ScatterStage, ScheduleError, Split, Stage, wide_sum)
 from .plan import with_cpu as _cpu
 
 
@@ -96,10 +97,7 @@ SPLIT_MAX_POINTS = 1 << 16  # split a reduction only if its output has at most t
 SPLIT_MIN_WORK = 1 << 15  # ... and it has at least this many iterations
 SPLIT_CHUNKS = 16  # partial results of a split reduction (>= the thread count, for balance)
 SPLIT_LOOPS = {"parallel": True, "fused": 0}  # a split stage's own loops: its chunk prange
-SCATTER_BLOCK = 64  # values of a scatter's parallel axis per prange iteration (when it is last)
-SCATTER_GATHER_BLOCK = 256  # ... the most of them where its target rows are gathered (1 KiB)
 CACHE_RESIDENT = 1 << 15  # elements of a tensor read from cache wherever it is read (128 KiB)
-CACHE_LINE_F32 = 16  # float32 values in a 64-byte cache line: the smallest scatter block
 LANE_KINDS = (ReduceKind.SUM, ReduceKind.MAX, ReduceKind.MIN)  # reducers with a vector step
 LANES = 8  # float32 SIMD lanes (AVX2) a contiguous reduction is vectorized into (see _lanes)
 ROW_UNROLL = 4  # terms of the innermost reduce loop folded into a row element per load and store
@@ -686,42 +684,3 @@ def _strict_reads(e: Expr) -> Iterator[Read]:
                 stack.append(x.condition)
             case _:
                 stack += children(x)
-
-
-def zeroing(st: ScatterStage, outputs: tuple[Tensor, ...]) -> ScatterStage:
-    """How a scatter zeroes its target: an output of FRESH_BYTES or more is np.zeros from the
-    caller (untouched fresh pages cost nothing: an embedding gradient, 50000 x 256, 69 -> 10-19
-    ms); a parallel scatter in parallel, each prange iteration its own slice where the slices
-    are whole sub-arrays that cover it (first touched by their writer), else in chunks."""
-    if any(t is st.tensor for t in outputs) and nbytes(st.tensor, 0) >= FRESH_BYTES:
-        return _cpu(st, zero=Zeroing.FRESH)
-    p, blocked = st.parallel_axis, st.cpu.block
-    if p is None or not st.shape:
-        return st
-    own = not blocked and is_zero(p.lo) and st.parallel_dim != len(st.shape) - 1 \
-        and (e := _const(p.extent)) is not None and e == _const(st.shape[st.parallel_dim])
-    return _cpu(st, zero=Zeroing.OWN_SLICES if own else Zeroing.CHUNKS)
-
-
-def scatter_block(st: ScatterStage) -> ScatterStage:
-    """Block the parallel axis of a scatter when it is the target's last (contiguous) dim: the
-    prange runs over blocks of it, the other loops inside, the block innermost (race-free:
-    blocks write disjoint elements).  Blocks of SCATTER_BLOCK values, or of one cache line
-    (CACHE_LINE_F32) where the axis is shorter than two of those: with the axis outermost,
-    every iteration would stride through the whole target (segment_sum's backward: 64 columns
-    of 65536 rows, 15.5 -> 3 ms).  Where the target rows are gathered (`dw[idx[n, r], k]`),
-    each block walks every index again and misses on each of its rows again: blocks are whole
-    rows of up to SCATTER_GATHER_BLOCK values (embedding_bag's backward, a 30000 x 128 table,
-    4096 x 16 indices, one thread: 10.3 -> 8.0 ms; by hand, 512 wide: 30 -> 21 ms in blocks
-    of 256), at the cost of parallelism over blocks."""
-    p = st.parallel_axis
-    n = (_const(p.extent) or 0) if p is not None else 0
-    if (p is None or st.parallel_dim != len(st.shape) - 1 or len(st.order) < 2
-            or not is_zero(p.lo) or n < (1 if st.gathers_rows else 2 * CACHE_LINE_F32)):
-        return st
-    hoisted = dict.fromkeys(i for u in st.updates if always(u.condition) for d, i in
-                            enumerate(u.index) if d != st.parallel_dim and p not in walk(i)
-                            and not isinstance(i, Const))  # (a condition may guard the index)
-    block = min(n, SCATTER_GATHER_BLOCK) if st.gathers_rows else \
-        SCATTER_BLOCK if n >= 2 * SCATTER_BLOCK else CACHE_LINE_F32
-    return _cpu(st, block=block, hoisted=tuple(hoisted))

@@ -227,7 +227,7 @@ class StageKind(Kind):
 
 
 class Zeroing(Kind):
-    """How a CPU scatter's target is zeroed before its updates (schedule/cpu.zeroing)."""
+    """How a CPU scatter's target is zeroed before its updates (schedule/cpu_scatter.zeroing)."""
 
     SERIAL = "serial"  # np.zeros (a workspace: fill(0)) before the loops; the others: ZEROING
     OWN_SLICES = "own slices"
