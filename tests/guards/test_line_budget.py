@@ -18,7 +18,7 @@ BUDGET = {
     "te": 2870,
     "deriv": 1750,
     "ops": 2700,
-    "schedule": 3961,
+    "schedule": 3980,
     "kernels": 3639,
     "relax_bridge": 3554,
     "report": 1465,

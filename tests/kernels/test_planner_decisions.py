@@ -12,7 +12,7 @@ from texpr_ad.ops import elementwise as ew
 from texpr_ad.ops import nn, shape
 from texpr_ad.schedule import ScheduleError, plan_kernel
 from texpr_ad.schedule.plan import ComputeStage, ScatterStage
-from texpr_ad.schedule.cpu import _copied
+from texpr_ad.schedule.cpu_contract import _copied
 
 SEED = 1234
 

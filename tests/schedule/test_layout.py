@@ -79,8 +79,8 @@ def test_an_intermediate_read_along_its_last_dim_keeps_its_layout():
 def test_a_batch_of_small_gathered_products_stays_in_loops():
     """The EMA's input gradient is `sum_{i >= s} g[n, i, f] * pw[i - s, f]`: a product per
     channel f of (n x i) by a gathered (i x s) window matrix.  512 products of 16 x 64 x 64 do
-    not pay for an im2col gather and 512 BLAS calls (cpu.IM2COL_MIN_ENTRY): row loops instead."""
-    from texpr_ad.schedule import cpu
+    not pay for an im2col gather and 512 BLAS calls (cpu_contract.IM2COL_MIN_ENTRY): row loops instead."""
+    from texpr_ad.schedule import cpu_contract
     y, (x, p) = _ema(16, 64, 512)
     h = te.placeholder(y.shape, "float32", name="h")
     (dx,) = ta.grad(y, [x], head=h)
@@ -88,7 +88,7 @@ def test_a_batch_of_small_gathered_products_stays_in_loops():
     st = k.plan.stage("dx")
     assert st.cpu.contraction is None and st.cpu.accumulate is not None, str(k.plan)
     assert "im2col" not in str(k.plan)
-    assert 16 * 64 * 64 < cpu.IM2COL_MIN_ENTRY
+    assert 16 * 64 * 64 < cpu_contract.IM2COL_MIN_ENTRY
     r = np.random.default_rng(2)
     pv = r.standard_normal(512).astype(np.float32)
     hv = r.standard_normal((16, 64, 512)).astype(np.float32)

@@ -17,7 +17,7 @@ for a bare read).  Each of its indices is PLAIN (a stage axis over the whole dim
 matmul's), AFFINE (integer-linear in the stage's axes: a convolution's window `y + ry - 1`)
 or OTHER (`i // 4`, a tensor value): see `Index`.  Extents are static ints, None when symbolic.
 
-`cpu.im2col`, `cpu.factor_contraction`, `cpu._contraction` (BLAS) and `cpu_implicit` read this
+`cpu_contract.im2col`, `cpu_contract.factor_contraction`, `cpu_contract.contraction_of` (BLAS) and `cpu_implicit` read this
 form; `gathered` is the same form with the operand an im2col gathers normalized further.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The sum left after `cpu.factor_contraction`, run as a scatter (Caffe's col2im).
+"""The sum left after `cpu_contract.factor_contraction`, run as a scatter (Caffe's col2im).
 
 A strided convolution's input gradient factors into a contraction
 `P[n, c, ry, rx, y, x] = sum_f w[f, c, ry, rx] * dy[n, f, y, x]` and a gather that sums, at each

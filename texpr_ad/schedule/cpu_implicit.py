@@ -1,6 +1,6 @@
 """Implicit im2col: a stride-1 convolution's product reads its padded input in place.
 
-`cpu.im2col` turns `O[n, f, y, x] = sum_{c, ry, rx} W[f, c, ry, rx] * X[n, c, y + ry - 1, x + rx - 1]`
+`cpu_contract.im2col` turns `O[n, f, y, x] = sum_{c, ry, rx} W[f, c, ry, rx] * X[n, c, y + ry - 1, x + rx - 1]`
 (guarded at the border) into a gather `col[n, c, ry, rx, y, x]` and one product per image.  The
 gather writes (and the product reads back) 9x the input: on conv2d 8x64x56^2 that is 58 MB
 through DRAM, about 2 ms of a 6 ms product.  For stride 1 each row of col is a run of a padded
@@ -192,7 +192,7 @@ def weight_window(f: SumOfProduct, name: str) -> Implicit | None:
     the output, 0 in the padded columns.  The read of S is `S[lead, chans, i_j + o_j]`: lead
     reduction axes (K: `a` reads them too, the summed batch), output axes (N: channels), then
     one index per remaining reduction axis i_j, that axis plus an affine o_j of N axes.  `f`
-    is as `cpu.im2col` leaves it: `a` plain, every reduction axis K."""
+    is as `cpu_contract.im2col` leaves it: `a` plain, every reduction axis K."""
     if f.body.dtype != "float32" or not native_gemm():
         return None
     g, a, red, data = f.b.g, f.a.read, f.red, f.data

@@ -115,7 +115,7 @@ def ungated(body: Reduce) -> Reduce:
     """`body` with each gated axis (extent `select(c, E, 0)`, an empty loop where c fails) over
     [lo, lo + E) and `c` in its `where=`: the same sum.  A strided dilated convolution's input
     gradient `sum_{f < select(j % 2 == 0, 8, 0), ry, rx}` is again `sum_{f < 8, ry, rx} where
-    j % 2 == 0`, whose sum over f `cpu.factor_contraction` pulls out (then `cpu_col2im`)."""
+    j % 2 == 0`, whose sum over f `cpu_contract.factor_contraction` pulls out (then `cpu_col2im`)."""
     sub: dict[IterVar, IterVar] = {}  # the axes rebuilt (gated, or bounds on a rebuilt one)
     conds = [body.condition]
     for k in body.axis:
