@@ -19,7 +19,7 @@ BUDGET = {
     "deriv": 1750,
     "ops": 2700,
     "schedule": 3980,
-    "kernels": 3639,
+    "kernels": 3690,
     "relax_bridge": 3554,
     "report": 1465,
     "testing": 500,

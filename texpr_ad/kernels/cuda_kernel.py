@@ -1,7 +1,7 @@
 """`CudaKernel`: the CUDA target's kernel, a module of `@cuda.jit` kernels and their launcher."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -25,22 +25,19 @@ class CudaKernel(Kernel):
         super().__init__(plan, renderer or CUDARenderer())
         self.module = cache.load(self.source)
         self._fn = getattr(self.module, KERNEL_NAME)
+        self._device_checked: dict[tuple, list[int]] = {}  # `_device_args`' memo
 
     def __call__(self, *arrays: Any) -> tuple[Any, ...]:
         cuda = load_cuda()
         on_device = [is_device_array(a) for a in arrays]
-        host_args, params = self._prepare([host_stand_in(a) if d else a
+        if all(on_device):
+            args, params = self._device_args(cuda, arrays)
+        else:
+            host, params = self._validate([host_stand_in(a) if d else a
                                            for a, d in zip(arrays, on_device, strict=False)])
-        args = []
-        for a, h, d in zip(arrays, host_args, on_device, strict=True):
-            if d:
-                # no stream sync per argument (Numba's default would synchronize the producer's
-                # stream for each): kernels run in stream order after the producer's work
-                a = a if not isinstance(a, np.ndarray) and hasattr(a, "copy_to_host") \
-                    else cuda.as_cuda_array(a, sync=False)
-                args.append(a.reshape(1) if a.ndim == 0 else a)
-            else:
-                args.append(cuda.to_device(h))
+            args = [_device_view(cuda, a) if d else
+                    cuda.to_device(np.ascontiguousarray(h) if h.ndim else h.reshape(1))
+                    for a, h, d in zip(arrays, host, on_device, strict=True)]
         res = self._run(*args, *params)
         out: list[Any] = []
         for r, t in zip(res, self.plan.outputs, strict=True):
@@ -53,8 +50,28 @@ class CudaKernel(Kernel):
         return tuple(r.copy_to_host().reshape(()) if t.ndim == 0 else r.copy_to_host()
                      for r, t in zip(out, self.plan.outputs, strict=True))
 
+    def _device_args(self, cuda: Any, arrays: Sequence[Any]) -> tuple[list[Any], list[int]]:
+        """Device arrays as the kernels take them, and the symbolic dims' values.  The checks
+        run on host stand-ins (no copies) once per shapes and dtypes (a memo, as the CPU
+        kernel's `_prepare` keeps for NumPy arrays)."""
+        key = tuple([(tuple(a.shape), a.dtype) for a in arrays])
+        params = self._device_checked.get(key)
+        if params is None:
+            _, params = self._validate([host_stand_in(a) for a in arrays])
+            if len(self._device_checked) < 64:
+                self._device_checked[key] = params
+        return [_device_view(cuda, a) for a in arrays], params
+
     def _internal_error(self, e: Exception) -> str:
         return (f"internal error: a generated CUDA kernel failed to compile or launch "
                 f"({type(e).__name__}: {str(e)[:300]}); its source is "
                 f"{self._fn.__code__.co_filename} (kernel.source); please report it with "
                 f"print(kernel.plan)")
+
+
+def _device_view(cuda: Any, a: Any) -> Any:
+    """A Numba device array over device array `a` (a `__cuda_array_interface__` one wrapped
+    without a stream sync: kernels run in stream order after the producer's work), 0-d as 1."""
+    if isinstance(a, np.ndarray) or not hasattr(a, "copy_to_host"):
+        a = cuda.as_cuda_array(a, sync=False)
+    return a.reshape(1) if a.ndim == 0 else a

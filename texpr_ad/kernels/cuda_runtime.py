@@ -140,7 +140,57 @@ def launch(kernel: Any, points: int, per_block: int) -> Any:
     else:
         threads = 1 << (min(per_block, CONFIG.reduce_threads).bit_length() - 1)
         blocks = max(1, min(points, CONFIG.max_blocks))
-    return kernel[blocks, threads]
+    if simulating():
+        return kernel[blocks, threads]
+    return Launch(kernel, blocks, threads)
+
+
+class Launch:
+    """`kernel[blocks, threads](*args)` without Numba's per-call dispatch.
+
+    Numba's launch types every argument to pick the compiled overload (about 28 us per launch
+    on an H200 host, more than a small kernel runs).  Generated kernels take C-contiguous
+    device arrays and int64 dims, so the overload is looked up by each array's dtype and rank
+    and launched directly (`_Kernel.launch`, the same argument marshalling Numba uses);
+    other arguments (a strided array, say), and the first call of each argument kind, go
+    through Numba's dispatcher, which compiles where needed.
+    """
+
+    __slots__ = ("kernel", "grid", "block")
+
+    def __init__(self, kernel: Any, blocks: int, threads: int) -> None:
+        self.kernel, self.grid, self.block = kernel, (blocks, 1, 1), (threads, 1, 1)
+
+    def __call__(self, *args: Any) -> None:
+        found: dict[tuple, Any] = self.kernel.__dict__.setdefault("_texpr_overloads", {})
+        key = _argument_kinds(args)
+        overload = found.get(key) if key is not None else None
+        if overload is None:
+            config = self.kernel[self.grid, self.block]
+            config(*args)
+            used = self.kernel.overloads.get(tuple(self.kernel.typeof_pyval(a) for a in args))
+            if key is not None and hasattr(used, "launch"):
+                found[key] = used
+                _STREAM.setdefault("default", config.stream)
+            return
+        overload.launch(args, self.grid, self.block, _STREAM["default"], 0)
+
+
+_STREAM: dict[str, Any] = {}  # the default stream as Numba's launch takes it (an int or object)
+
+
+def _argument_kinds(args: Sequence[Any]) -> tuple | None:
+    """(dtype, ndim) per C-contiguous Numba device array, int per int; None for anything else."""
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+    kinds: list[Any] = []
+    for a in args:
+        if type(a) is int:
+            kinds.append(int)
+        elif isinstance(a, DeviceNDArray) and a.is_c_contiguous():
+            kinds.append((a.dtype, a.ndim))
+        else:
+            return None
+    return tuple(kinds)
 
 
 def numba_signature(args: Sequence[tuple[str, int]]) -> tuple:
@@ -211,7 +261,6 @@ def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
 
 
 POOL = DevicePool()
-_FILL: dict[str, Any] = {}
 
 
 def empty(shape: int | tuple[int, ...], dtype: Any) -> Any:
@@ -223,21 +272,14 @@ def empty(shape: int | tuple[int, ...], dtype: Any) -> Any:
 
 
 def zeros(shape: int | tuple[int, ...], dtype: Any) -> Any:
-    """A zero-filled device array (a fill kernel on the GPU, a host copy in the simulator)."""
+    """A zero-filled device array (a memset on the GPU, a host copy in the simulator)."""
     cuda = load_cuda()
     if simulating():
         return cuda.to_device(np.zeros(shape, dtype))
-    if "k" not in _FILL:
-        @cuda.jit
-        def fill0(a: Any) -> None:
-            for i in range(cuda.grid(1), a.size, cuda.gridsize(1)):
-                a[i] = 0
-        _FILL["k"] = fill0
-    size = int(np.prod(shape))
-    flat = empty(size, dtype)
-    if size:
-        launch(_FILL["k"], size, 0)(flat)
-    return flat.reshape(shape)
+    out = empty(shape, dtype)
+    if out.size:
+        out.gpu_data.memset(0)  # cuMemsetD8: in stream order on the default stream
+    return out
 
 
 def device_copy(a: Any) -> Any:

@@ -117,6 +117,13 @@ class Kernel(ABC):
         return self._check(arrays)
 
     def _check(self, arrays: Sequence[Any]) -> tuple[list[np.ndarray], list[int]]:
+        """`_validate`, then the arrays C-contiguous (0-d ones as one element)."""
+        xs, params = self._validate(arrays)
+        return [np.ascontiguousarray(a) if a.ndim else a.reshape(1) for a in xs], params
+
+    def _validate(self, arrays: Sequence[Any]) -> tuple[list[np.ndarray], list[int]]:
+        """The arrays as NumPy arrays (as given: host stand-ins of device arrays are never
+        copied) and the symbolic dims' values, after checking them against the plan's inputs."""
         ins = self.plan.inputs
         if len(arrays) != len(ins):
             raise KernelArgumentError(
@@ -156,8 +163,7 @@ class Kernel(ABC):
                 raise KernelArgumentError(
                     f"{what} would have shape {shape_str(shape)} = {got} (with "
                     f"{_binding(shape, env)}); pass arrays whose shapes make every dim >= 0")
-        args = [np.ascontiguousarray(a) if a.ndim else a.reshape(1) for a in xs]
-        return args, [env[v] for v in self.plan.params]
+        return xs, [env[v] for v in self.plan.params]
 
 
 _DIVISIONS = (Op.FLOORDIV, Op.FLOORMOD, Op.DIV)
