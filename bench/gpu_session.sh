@@ -40,6 +40,14 @@ PY
 for f in "$OUT"/sweep_*.err; do [ -s "$f" ] && { echo "-- $f"; tail -5 "$f"; }; done
 cat "$OUT"/sweep_*.err > "$OUT/sweep.err" 2>/dev/null; rm -f "$OUT"/sweep_*.err
 
+echo "== texpr_ad.torch ops on CUDA tensors (tests/frontends/test_torch_cuda.py)"
+timeout 120 $PY -m pytest -p no:cacheprovider -q -rs tests/frontends/test_torch_cuda.py 2>&1 | tail -5
+echo "== wall vs GPU kernel time per bench workload (python -m bench.cuda_split, 3 shards)"
+W=(ew_chain,softmax,log_softmax_nll,dense,layer_norm batch_norm,reduce_sum,conv2d,max_pool2d,avg_pool2d
+   transpose_reshape,conv2d_s2,take_embedding,strided_slice,batch_matmul)
+for i in 0 1 2; do timeout 150 $PY -m bench.cuda_split "${W[$i]}" >"$OUT/split_$i.txt" 2>&1 & done
+wait
+head -2 "$OUT/split_0.txt"; cat "$OUT"/split_*.txt | grep -v "^GPU\|^workload"
 echo "== per-call overhead (python -m bench.cuda_overhead)"
 timeout 40 $PY -m bench.cuda_overhead 2>&1 | grep -v Warn
 echo "== where a torch op's per-call time goes on CUDA (python -m bench.cuda_profile)"

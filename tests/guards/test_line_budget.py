@@ -14,7 +14,7 @@ PKG = Path(__file__).resolve().parents[2] / "texpr_ad"
 TOP = "*.py"  # the modules directly in texpr_ad/ (api, torch, jax, pullback, ...)
 
 BUDGET = {
-    TOP: 1410,
+    TOP: 1428,
     "te": 2870,
     "deriv": 1750,
     "ops": 2700,
