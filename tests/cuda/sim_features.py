@@ -191,9 +191,47 @@ def math_edge_values() -> None:
     print("PASS math_edge_values")
 
 
+def tiled_contractions() -> None:
+    """Matmuls as tiles (schedule.cuda TILE): both operand layouts of a slice, edges of partial
+    tiles, and a wide float32 sum (float32 chains of `depth` terms folded into float64)."""
+    from texpr_ad.schedule import cuda as sc
+    from texpr_ad.schedule.plan import Tile
+    saved = sc.TILES, sc.TILE_MIN, sc.TILE_MIN_BLOCKS
+    sc.TILE_MIN_BLOCKS = 1  # tiles however few the blocks (a GPU would take more)
+    A = te.placeholder((70, 50), "float32", name="A")
+    B = te.placeholder((50, 45), "float32", name="B")
+    k = te.reduce_axis((0, 50), name="k")
+    Y = te.compute((70, 45), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="Y")
+    At = te.placeholder((35, 33), "float32", name="At")  # read as At[k, i]: M runs fastest
+    Bt = te.placeholder((40, 35), "float32", name="Bt")  # read as Bt[j, k]: K runs fastest
+    kt = te.reduce_axis((0, 35), name="kt")
+    Z = te.compute((33, 40), lambda i, j: te.sum(At[kt, i] * Bt[j, kt], axis=kt), name="Z")
+    for out, ins, ref in ((Y, [A, B], lambda a, b: a @ b), (Z, [At, Bt], lambda a, b: a.T @ b.T)):
+        f = build([out], ins, target="cuda")
+        assert strategies(f) == ["tile"], strategies(f)
+        arrays = [RNG.standard_normal(tuple(int(s.value) for s in t.shape)).astype(np.float32)
+                  for t in ins]
+        close(f(*arrays)[0], ref(*[a.astype(np.float64) for a in arrays]), 1e-4)
+    sc.TILES, sc.TILE_MIN = (Tile(2, 2, 64),), 2
+    try:
+        L = te.placeholder((4, 4100), "float32", name="L")
+        R = te.placeholder((4100, 4), "float32", name="R")
+        kl = te.reduce_axis((0, 4100), name="kl")
+        S = te.compute((4, 4), lambda i, j: te.sum(L[i, kl] * R[kl, j], axis=kl), name="S")
+        f = build([S], [L, R], target="cuda")
+    finally:
+        sc.TILES, sc.TILE_MIN, sc.TILE_MIN_BLOCKS = saved
+    assert [st.cuda.strategy for st in f.plan.stages] == ["tile"] and "float64" in f.source
+    lv, rv = (RNG.random((4, 4100)).astype(np.float32), RNG.random((4100, 4)).astype(np.float32))
+    want = lv.astype(np.float64) @ rv.astype(np.float64)
+    got = f(lv, rv)[0].astype(np.float64)
+    assert np.max(np.abs(got - want) / want) < 2e-6, np.max(np.abs(got - want) / want)
+    print("PASS tiled_contractions")
+
+
 if __name__ == "__main__":
     for fn in (matmul_symbolic_and_device_chaining, argument_errors,
                bias_and_batchnorm_grads_block_reduce, split_block_reductions, atomic_scatter,
-               math_edge_values):
+               math_edge_values, tiled_contractions):
         fn()
     print("ALL PASS")

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..schedule.checks import node_checks
+from ..schedule.contraction import Role, SumOfProduct, normal_form
 from ..schedule.cuda import rectangular_prefix
-from ..schedule.plan import ComputeStage, CudaStrategy, Plan, ScatterStage, wide_sum
-from ..te.expr import Call, Const, Expr, Read, Reduce, always
+from ..schedule.nest import const_int
+from ..schedule.plan import ComputeStage, CudaStrategy, Plan, ScatterStage, Tile, wide_sum
+from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, always
 from ..te.ops import Op
 from ..te.visit import walk
 from .render import (ERR_NAME, EXPR_RULES, KERNEL_NAME, WIDE_ZERO, Renderer, RenderPass, Rule,
@@ -245,6 +247,8 @@ class _CudaRender(RenderPass):
                                                    if st.inlined else ""))
         if how is CudaStrategy.BLOCK:
             return self.block_compute(st, parts)[0]
+        if how is CudaStrategy.TILE:
+            return self.tile_compute(st, normal_form(st))  # type: ignore[arg-type]
         depth, serial = 1, st.order
         if how is CudaStrategy.THREAD:
             self.loop_lines = self.r.parallel_loop
@@ -379,6 +383,89 @@ class _CudaRender(RenderPass):
         self.store(depth + 1, st, env)
         return f"launch({{k}}, {points}, {self.r.reduce_block})", []
 
+    def tile_compute(self, st: ComputeStage, f: SumOfProduct) -> str:
+        """`TILE` (schedule/cuda.py; shape `st.cuda.tile`): each block loops over output tiles
+        (batch entry, M tile, N tile); per slice of `depth` terms of K, all threads stage both
+        operands' slices in shared memory (`stage_slice`), then each thread steps its `reg` x
+        `reg` accumulators.  Returns the launch."""
+        t, name = st.cuda.tile if st.cuda else None, st.name
+        assert t is not None, "a TILE stage's plan carries its tile shape"
+        size, nt, dt = t.size, t.threads * t.threads, f.body.dtype
+        fresh = self.names.fresh
+        b_axes, m_axes, n_axes, k_axes = (f.axes(r) for r in (Role.BATCH, Role.M, Role.N, Role.K))
+        mn, nn, kn, bn = (_count(a) for a in (m_axes, n_axes, k_axes, b_axes))
+        mt, ntn = -(-mn // size), -(-nn // size)
+        sh = [fresh(f"{name}_{x}") for x in "ab"]
+        tid, tx, ty, tile, k0 = (fresh(f"{name}_{x}") for x in ("tid", "tx", "ty", "tile", "k0"))
+        wide = wide_sum(f.body)
+        cells = [(r, c) for r in range(t.reg) for c in range(t.reg)]
+        acc = {rc: fresh(f"{name}_acc{rc[0]}{rc[1]}") for rc in cells}
+        chain = {rc: fresh(f"{name}_c{rc[0]}{rc[1]}") for rc in cells} if wide else acc
+        for x in sh:
+            self.emit(1, f"{x} = cuda.shared.array(({t.depth}, {size + 1}), np.{dt})")
+        self.emit(1, f"{tid} = cuda.threadIdx.x")
+        self.emit(1, f"{tx} = {tid} % {t.threads}")
+        self.emit(1, f"{ty} = {tid} // {t.threads}")
+        self.emit(1, f"for {tile} in range(cuda.blockIdx.x, {bn * mt * ntn}, cuda.gridDim.x):")
+        m0, n0 = fresh(f"{name}_m0"), fresh(f"{name}_n0")
+        self.emit(2, f"{m0} = {tile} // {ntn} % {mt} * {size}")
+        self.emit(2, f"{n0} = {tile} % {ntn} * {size}")
+        self.unflatten(2, f"({tile} // {mt * ntn})", b_axes)
+        for rc in cells:
+            self.emit(2, f"{acc[rc]} = {WIDE_ZERO if wide else f'np.{dt}(0.0)'}")
+        self.emit(2, f"for {k0} in range(0, {kn}, {t.depth}):")
+        if wide:
+            for rc in cells:
+                self.emit(3, f"{chain[rc]} = np.{dt}(0.0)")
+        for x, factor, form, own, origin in zip(sh, f.body.source[0].args, (f.a, f.b),  # type: ignore[attr-defined]
+                                                (m_axes, n_axes), (m0, n0), strict=True):
+            along_k = any(a in k_axes for a in form.index[-1].axes)
+            self.stage_slice(t, x, factor, along_k, (own, origin), (k_axes, k0))
+        self.emit(3, "cuda.syncthreads()")
+        kk = fresh(f"{name}_kk")
+        self.emit(3, f"for {kk} in range({t.depth}):")
+        av = [fresh(f"{name}_av") for _ in range(t.reg)]
+        bv = [fresh(f"{name}_bv") for _ in range(t.reg)]
+        for r in range(t.reg):
+            self.emit(4, f"{av[r]} = {sh[0]}[{kk}, {ty} + {r * t.threads}]")
+            self.emit(4, f"{bv[r]} = {sh[1]}[{kk}, {tx} + {r * t.threads}]")
+        for r, c in cells:
+            self.emit(4, f"{chain[r, c]} += {av[r]} * {bv[c]}")
+        self.emit(3, "cuda.syncthreads()")
+        if wide:
+            for rc in cells:
+                self.emit(3, f"{acc[rc]} += {chain[rc]}")
+        out = st.tensors[0]
+        for r, c in cells:
+            m, n = f"{m0} + {ty} + {r * t.threads}", f"{n0} + {tx} + {c * t.threads}"
+            self.emit(2, f"if {m} < {mn} and {n} < {nn}:")
+            self.unflatten(3, f"({m})", m_axes)
+            self.unflatten(3, f"({n})", n_axes)
+            value = f"np.{dt}({acc[r, c]})" if wide else acc[r, c]
+            self.emit(3, f"{self.index(out, [self.axis(a) for a in st.axes])} = {value}")
+        return f"launch({{k}}, {bn * mt * ntn}, {nt})"
+
+    def stage_slice(self, t: Tile, sh: str, factor: Expr, along_k: bool,
+                    own: tuple[Sequence[IterVar], str], k: tuple[Sequence[IterVar], str]) -> None:
+        """All threads of a block copy one operand's slice into shared array `sh[kk, d]`: `factor`
+        read at the tile's own axes (M or N, from `origin`) and the slice's K axes, zero past
+        their ends.  Consecutive threads take consecutive K terms when `along_k` (the operand's
+        last index runs along K), else consecutive M (N) points: coalesced reads either way."""
+        (axes, origin), (k_axes, k0) = own, k
+        e, d, kk = (self.names.fresh(f"{sh}_{x}") for x in ("e", "d", "kk"))
+        self.emit(3, f"for {e} in range(cuda.threadIdx.x, {t.depth * t.size}, "
+                     f"{t.threads * t.threads}):")
+        first, second = (f"{e} // {t.depth}", f"{e} % {t.depth}") if along_k else \
+            (f"{e} % {t.size}", f"{e} // {t.size}")
+        self.emit(4, f"{d} = {first}")
+        self.emit(4, f"{kk} = {second}")
+        self.emit(4, f"if {origin} + {d} < {_count(axes)} and {k0} + {kk} < {_count(k_axes)}:")
+        self.unflatten(5, f"({origin} + {d})", axes)
+        self.unflatten(5, f"({k0} + {kk})", k_axes)
+        self.emit(5, f"{sh}[{kk}, {d}] = {top(self.expr(factor, {}))}")
+        self.emit(4, "else:")
+        self.emit(5, f"{sh}[{kk}, {d}] = np.{factor.dtype}(0.0)")
+
     # -- scatter stages ----------------------------------------------------------------------
     def scatter(self, st: ScatterStage) -> str:
         how = st.cuda.strategy  # type: ignore[union-attr]
@@ -433,3 +520,15 @@ def _unique(ts: Sequence) -> list:
         if all(t is not u for u in out):
             out.append(t)
     return out
+
+
+def _prod(xs: Sequence[int]) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def _count(axes: Sequence[IterVar]) -> int:
+    """The static number of points of `axes` (1 for none)."""
+    return _prod([const_int(a.extent) or 1 for a in axes])

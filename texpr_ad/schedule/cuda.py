@@ -10,20 +10,23 @@ GPU, and `strategy(stage)` (kept in `stage.cuda`) says how each stage runs:
 | `injective` | a scatter with an axis that one index dim equals exactly, long enough to fill the GPU (`INJECTIVE_MIN_POINTS`) | grid-stride over that axis, plain `+=` (no two threads hit one element) |
 | `atomic` | any other scatter of an atomically addable dtype (also an injective one whose axis is short: max-pool's gradient over 64 channels ran 64 threads) | grid-stride over the rectangular leading axes, `cuda.atomic.add` |
 | `single` | zero-dim or serial-by-override stages, scatters of other dtypes | one thread runs the whole loop nest |
+| `tile` | a contraction `sum a * b` (`contraction.normal_form`) whose axes are batch, M, N and K only, static, from 0, large enough in M, N and K and in tiles (`tile_form`) | a block per tile of outputs (the largest of `TILES` giving enough blocks) (per batch entry): the operands' slices of K staged through shared memory by all threads, each thread accumulating `reg` x `reg` outputs in registers |
 
 User overrides `parallel`/`fuse` of a compute stage are kept as given.
 """
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import replace
 from typing import Any, Mapping
 
 from ..te.expr import Const, Expr, IterVar, Reduce, is_zero
 from ..te.visit import bounds_depend_on_axes, walk
 from .checks import node_checks
-from .nest import extent_product
-from .plan import ComputeStage, CudaStagePlan, CudaStrategy, Plan, ScatterStage, Stage
+from .contraction import Role, SumOfProduct, normal_form
+from .nest import const_int, extent_product
+from .plan import ComputeStage, CudaStagePlan, CudaStrategy, Plan, ScatterStage, Stage, Tile
 
 BLOCK_MAX_POINTS = 4096   # block reduction only if the stage has at most this many output points
 BLOCK_MIN_REDUCE = 256    # ... and each point reduces over at least this many iterations
@@ -73,6 +76,37 @@ def block_split(st: ComputeStage) -> int:
     return split if split >= 2 else 1
 
 
+# The simulator runs each thread as a Python thread: tiny tiles keep the tests fast.
+_SIM = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+TILES = (Tile(2, 2, 2),) if _SIM else (Tile(16, 4, 16), Tile(16, 2, 16))  # largest first
+TILE_MIN = 32  # M, N and K each at least this long for a tiled contraction
+TILE_MIN_BLOCKS = 1 if _SIM else 256  # ... and at least this many tiles (a GPU's worth of blocks)
+
+
+def tile_form(st: ComputeStage) -> SumOfProduct | None:
+    """The stage's contraction normal form when it runs as tiles: a plain sum (no init or
+    `where=`) of two reads indexed by the stage's axes alone, every data axis a batch, M or N
+    axis and every reduction axis a K axis, all static and from 0, M, N and K at least
+    `TILE_MIN` long (shorter ones run a thread per point)."""
+    f = normal_form(st)
+    if f is None or not f.simple or not (f.a.closed and f.b.closed):
+        return None
+    axes = (*f.data, *f.red)
+    if f.axes(Role.OTHER) or any(const_int(a.extent) is None or not is_zero(a.lo) for a in axes):
+        return None
+    if any(extent_product([a.extent for a in f.axes(r)]) < TILE_MIN for r in (Role.M, Role.N, Role.K)):
+        return None
+    return f if tile_shape(f) is not None else None
+
+
+def tile_shape(f: SumOfProduct) -> Tile | None:
+    """The largest of `TILES` that cuts the contraction into at least `TILE_MIN_BLOCKS` tiles
+    (fewer blocks than that leave most of a GPU idle), or None."""
+    m, n, b = (extent_product([a.extent for a in f.axes(r)]) for r in (Role.M, Role.N, Role.BATCH))
+    return next((t for t in TILES if b * -(-m // t.size) * -(-n // t.size) >= TILE_MIN_BLOCKS),
+                None)
+
+
 def rectangular_prefix(axes: tuple[IterVar, ...]) -> int:
     """How many leading axes have bounds free of loop variables (so they can be flattened)."""
     n = 0
@@ -90,6 +124,8 @@ def strategy(st: Stage) -> CudaStrategy:
                 return CudaStrategy.BLOCK if is_block_reduce(st) else CudaStrategy.SINGLE
             if not st.parallel or st.fused == 0:
                 return CudaStrategy.SINGLE
+            if tile_form(st) is not None:
+                return CudaStrategy.TILE
             return CudaStrategy.BLOCK if is_block_reduce(st) else CudaStrategy.THREAD
         case ScatterStage():
             atomic = bool(st.order) and st.tensor.dtype in ATOMIC_DTYPES
@@ -115,6 +151,14 @@ def _note(st: Stage) -> str:
                     "combine in a shared-memory tree" + (
                         f"; split over {split} blocks per point (too few points to fill the "
                         f"GPU), a second kernel combines the partials" if split > 1 else ""))
+        case CudaStrategy.TILE:
+            f, t = tile_form(st), st.cuda.tile if st.cuda else None  # type: ignore[arg-type]
+            assert t is not None, "refine sets the tile shape before the note"
+            return (f"cuda: tiles of {t.size} x {t.size} outputs over "
+                    f"{' * '.join(a.name for a in f.axes(Role.M))} x "  # type: ignore[union-attr]
+                    f"{' * '.join(a.name for a in f.axes(Role.N))}, a block of {t.threads} x "  # type: ignore[union-attr]
+                    f"{t.threads} threads each ({t.reg} x {t.reg} outputs a thread), {t.depth}-term "
+                    f"slices of {' * '.join(a.name for a in f.red)} staged in shared memory")  # type: ignore[union-attr]
         case CudaStrategy.INJECTIVE:
             return f"cuda: grid-stride over {st.parallel_axis.name}, plain += (injective)"
         case CudaStrategy.ATOMIC:
@@ -137,7 +181,8 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
                          notes=tuple(x for x in st.notes if not x.startswith("serial:")))
         how = strategy(st)
         split = block_split(st) if how is CudaStrategy.BLOCK else 1  # type: ignore[arg-type]
-        st = replace(st, cuda=CudaStagePlan(how, split))
+        tile = tile_shape(tile_form(st)) if how is CudaStrategy.TILE else None  # type: ignore[arg-type]
+        st = replace(st, cuda=CudaStagePlan(how, split, tile))
         stages.append(replace(st, notes=(*st.notes, _note(st))))
     return replace(plan, target="cuda", stages=tuple(stages),
                    checks={st.name: node_checks([st], False) for st in stages})

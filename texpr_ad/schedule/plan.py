@@ -243,6 +243,7 @@ class CudaStrategy(Kind):
     INJECTIVE = "injective"
     ATOMIC = "atomic"
     SINGLE = "single"
+    TILE = "tile"
 
 
 @dataclass(frozen=True)
@@ -279,13 +280,31 @@ class CpuStagePlan:
 
 
 @dataclass(frozen=True)
+class Tile:
+    """A tiled contraction's shape: `threads` x `threads` threads per block, each accumulating
+    `reg` x `reg` outputs in registers (a block covers `size` x `size` outputs), over slices of
+    `depth` terms of the reduction staged in shared memory (float32 chains of `depth` terms
+    fold into float64 where the sum is wide, as `wide_sum` asks)."""
+
+    threads: int = 16
+    reg: int = 4
+    depth: int = 16
+
+    @property
+    def size(self) -> int:
+        return self.threads * self.reg
+
+
+@dataclass(frozen=True)
 class CudaStagePlan:
     """The CUDA refine step's decisions for one stage.  `split` > 1 (block reductions only):
     each output point's reduction is cut into `split` interleaved chunks reduced by as many
-    blocks into a partials array, then a second kernel combines them per point."""
+    blocks into a partials array, then a second kernel combines them per point.  `tile` (the
+    TILE strategy): the shape of its tiles."""
 
     strategy: CudaStrategy
     split: int = 1
+    tile: Tile | None = None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import numpy as np
 from ..kernels import build
 from ..kernels.cuda_runtime import CudaUnavailableError, require_cuda, simulating
 from ..schedule.cuda import strategy
+from ..schedule.plan import CudaStrategy
 from .numeric import Result, Status, rel_error
 from .ops import Runner, cpu_runner, interp_runner, kernel_jobs
 
@@ -95,6 +96,20 @@ def check_cuda(entry, reference: Runner = cpu_runner, dtype: str = "float64") ->
                                          "builds": kernels, "strategies": strategies})
 
 
+def tiled(entry, dtype: str = "float64") -> bool:
+    """Whether a forward or gradient kernel of `entry` plans a tiled contraction on CUDA."""
+    from ..schedule.cuda import refine
+    from ..schedule.planner import plan_stages
+    if entry.sample is None:
+        return False
+    try:
+        jobs = kernel_jobs(entry, dtype)
+    except Exception:  # noqa: BLE001 - check_cuda reports it
+        return False
+    return any(strategy(st) is CudaStrategy.TILE for _, outs, ins, _ in jobs
+               for st in refine(plan_stages(list(outs), list(ins))).stages)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
@@ -106,14 +121,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dtype", default="float64")
     p.add_argument("--block-min-reduce", type=int, default=None,
                    help="lower schedule.cuda.BLOCK_MIN_REDUCE (to exercise block reductions)")
+    p.add_argument("--tile-min", type=int, default=None,
+                   help="lower schedule.cuda.TILE_MIN, any tile count (to exercise tiled contractions)")
+    p.add_argument("--tiled-only", action="store_true",
+                   help="only the operators with a kernel that plans a tiled contraction")
     a = p.parse_args(argv)
+    from ..schedule import cuda as sc
     if a.block_min_reduce is not None:
-        from ..schedule import cuda as sc
         sc.BLOCK_MIN_REDUCE = a.block_min_reduce
+    if a.tile_min is not None:
+        sc.TILE_MIN, sc.TILE_MIN_BLOCKS = a.tile_min, 1
     sys.setswitchinterval(1e-5)  # the simulator's barriers hand the GIL around a lot
     k, n = (int(x) for x in a.shard.split("/"))
     ref = cpu_runner if a.ref == "cpu" else interp_runner
     for e in select(a.pattern)[k::n]:
+        if a.tiled_only and not tiled(e, a.dtype):
+            continue
         r = check_cuda(e, ref, a.dtype)
         print(json.dumps({"op": e.name, "status": r.status, "figure": r.figure,
                           "detail": r.detail, **r.extra}), flush=True)
