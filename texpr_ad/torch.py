@@ -569,9 +569,9 @@ def _plain_eager(ts: Sequence[torch.Tensor]) -> bool:
             and not torch._C._is_torch_function_mode_enabled()
             and not torch._C._get_tracing_state()
             and torch._C._functorch.peek_interpreter_stack() is None  # no vmap/grad transform
-            and _one_kernel_device(ts)
             and all(type(t) in _PLAIN and not torch._C._functorch.is_functorch_wrapped_tensor(t)
-                    for t in ts))
+                    for t in ts)
+            and _one_kernel_device(ts))
 
 
 def _one_kernel_device(ts: Sequence[torch.Tensor]) -> bool:

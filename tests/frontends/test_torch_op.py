@@ -171,6 +171,17 @@ def test_errors_name_the_argument_and_the_fix():
         tt.custom_op(_rms_scale, name=op.name)
 
 
+def test_the_eager_fast_path_admits_plain_tensors_on_one_kernel_device_only():
+    """The per-call fast path (`_plain_eager`) skips torch.library's dispatch: only for plain
+    tensors all on the CPU (or all on one CUDA device Numba runs on); a None, a meta tensor or a
+    CPU tensor next to a meta one take the dispatcher, which reports or handles them."""
+    x = torch.ones(2)
+    assert tt._plain_eager([x, torch.zeros(3)])
+    assert not tt._plain_eager([x, None])  # checked before any device is read
+    assert not tt._plain_eager([torch.ones(2, device="meta")])
+    assert not tt._plain_eager([x, torch.ones(2, device="meta")])
+
+
 def test_cuda_tensors_without_a_gpu_are_a_clear_error():
     """No GPU (or CUDA torch) here: only the routing decision is tested, on stand-ins."""
     class Stand:
