@@ -6,6 +6,10 @@
 # Wheels in .whl/ (carried, git-ignored) are installed first: the 'cuda' image pairs numba-cuda
 # 0.30.4 with NumPy 2.5, which removed np.row_stack that numba-cuda overloads, so the run carries
 # the NumPy this project is tested with (numpy==2.4.6).
+# A/B against another tree on the same machine: put its copy first on PYTHONPATH and run the
+# modules from a folder outside the repository (`python -m` puts the working directory ahead of
+# PYTHONPATH, so `python -m bench.x` in the repository imports this tree's texpr_ad whatever
+# PYTHONPATH says); scripts run by path are not affected.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if ls .whl/*.whl >/dev/null 2>&1; then
