@@ -18,7 +18,7 @@ BUDGET = {
     "te": 2870,
     "deriv": 1750,
     "ops": 2700,
-    "schedule": 4034,
+    "schedule": 4156,
     "kernels": 3783,
     "relax_bridge": 3554,
     "report": 1465,

@@ -31,6 +31,9 @@ call) get BLAS contractions, memory-order reductions and lanes, not split sums o
                   outermost long enough, moved outermost), combined afterwards; a long
                   reduction contiguous in its innermost axis is vectorized into SIMD lanes
                   (`lanes`: its sum may regroup; max/min are exact).
+   partial sums - (cpu_partial.py) a sum over rows that an earlier parallel reduction walks
+                  (instance norm's dgamma over (batch, h, w), its row sums over (h, w)) sums
+                  per row in that reduction's prange, then folds the rows.
 8. fuse         - (fuse.py) consecutive stages share loops, the plan's `nest` (loopnest.py):
                   a prange over rows when each reads the earlier ones only at its own row
                   (softmax, normalizations; an intermediate only they read becomes a row
@@ -68,6 +71,7 @@ from .contraction import product
 from .cpu_col2im import col2im_scatter
 from .cpu_contract import (MIN_BLAS_WORK, NO_EXPAND, contraction_of, factor_contraction, im2col,
                            pre_stage)
+from .cpu_partial import partial_sums
 from .cpu_ranges import split_ranges
 from .checks import node_checks, plain
 from .cpu_invariants import hoist, workspace
@@ -116,6 +120,7 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
         elif "parallel" not in ov:
             st = scatter_block(st)
         stages.append(zeroing(st, plan.outputs) if isinstance(st, ScatterStage) else st)
+    stages = partial_sums(stages, set(overrides), lambda st: cpu_strategies(st, {}))
     stages, cropped = fold_crops(stages, overrides)
     stages, dropped = drop_unread(stages, plan)
     dropped = cropped + dropped
