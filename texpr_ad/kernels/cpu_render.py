@@ -273,7 +273,8 @@ class CPURender(CPUFold):
             serial = st.order[1:]
             if own:
                 self.zero_slice(depth, st, self.axis(st.parallel_axis))
-        for d, idx, value in self.scatter_updates(depth, st, serial, bound):
+        shared = () if block else st.cpu.hoisted  # (blocked: index dims, bound above)
+        for d, idx, value in self.scatter_updates(depth, st, serial, bound, shared):
             self.emit(d, self.r.scatter_add.format(target=self.index(t, idx), value=value))
 
     def invariant_indices(self, depth: int, st: ScatterStage) -> dict[tuple[int, int], str]:

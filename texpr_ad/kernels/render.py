@@ -458,28 +458,34 @@ class RenderPass:
         return check_call(i, n, len(self.sites) - 1)
 
     def scatter_updates(self, depth: int, st: ScatterStage, serial: Sequence[IterVar],
-                        bound: dict[tuple[int, int], str] | None = None
-                        ) -> Iterator[tuple[int, list[str], str]]:
-        """Emit the serial loops of a scatter, then for each update its condition; yield
-        (depth, target index, value) for the caller to emit the addition.  Index dims are
-        checked unless they are the injective parallel axis or a plain loop variable; `bound`
-        holds (update, dim) indices already computed (and checked) outside the loops."""
+                        bound: dict[tuple[int, int], str] | None = None,
+                        shared: Sequence[Expr] = ()) -> Iterator[tuple[int, list[str], str]]:
+        """Emit the serial loops of a scatter, then the values the updates `shared` (into
+        locals, in order), then for each update its condition; yield (depth, target index,
+        value) for the caller to emit the addition.  Index dims are checked unless they are the
+        injective parallel axis or a plain loop variable; `bound` holds (update, dim) indices
+        already computed (and checked) outside the loops."""
         for a in serial:
             self.range_loop(depth, a, {})
             depth += 1
+        env: dict[Expr, str] = {}
+        for e in shared:
+            src, env[e] = top(self.expr(e, env)), self.names.fresh(f"{st.name}_s")
+            self.emit(depth, f"{env[e]} = {src}")
         for k, u in enumerate(st.updates):
             d0 = depth
             if not always(u.condition):
-                self.emit(d0, f"if {top(self.expr(u.condition, {}))}:")
+                self.emit(d0, f"if {top(self.expr(u.condition, env))}:")
                 d0 += 1
-            idx = [(bound or {}).get((k, d)) or self.scatter_index(st, u, d)
+            idx = [(bound or {}).get((k, d)) or self.scatter_index(st, u, d, env)
                    for d in range(len(u.index))]
-            yield d0, idx, top(self.expr(u.value, {}))
+            yield d0, idx, top(self.expr(u.value, env))
 
-    def scatter_index(self, st: ScatterStage, u: ScatterUpdate, d: int) -> str:
+    def scatter_index(self, st: ScatterStage, u: ScatterUpdate, d: int,
+                      env: dict[Expr, str] | None = None) -> str:
         """Index dim `d` of update `u`'s target, checked unless proven in bounds."""
         i = u.index[d]
-        s = top(self.expr(i, {}))
+        s = top(self.expr(i, env or {}))
         if scatter_dim_unproven(st, u, d):
             s = self.check(s, f"{self.tensor(st.tensor)}.shape[{d}]",
                            f"stage {st.name}: a scatter index is out of bounds: "

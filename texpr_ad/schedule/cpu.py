@@ -40,7 +40,8 @@ call) get BLAS contractions, memory-order reductions and lanes, not split sums o
                   buffer), the chunk loops of split reductions over the same rows, and an
                   elementwise stage's row loop folding its row reduction.
    scatter      - (cpu_scatter.py) a scatter parallel over the target's last dim runs its prange
-                  over blocks of it; how its target is zeroed.
+                  over blocks of it; what its updates share is computed once per point, before
+                  their stores (grid sampling's four taps); how its target is zeroed.
 9. hoist        - (steps 9 and 10 live in cpu_invariants.py) values that the serial loops of a stage do not change (`softmax_max[i]`,
                   `log(s[i])` in a row loop over j) are computed once before them: LLVM cannot
                   hoist loads past stores to another array it cannot prove distinct, nor
@@ -75,7 +76,7 @@ from .cpu_partial import partial_sums
 from .cpu_ranges import split_ranges
 from .checks import node_checks, plain
 from .cpu_invariants import hoist, workspace
-from .cpu_scatter import scatter_block, zeroing
+from .cpu_scatter import scatter_block, shared_values, zeroing
 from .fuse import first_reduction, fuse
 from .reorder import collapse_rows, reorder_reductions, reorderable, static_size, tighten
 from .fuse import stage_reads as _reads
@@ -117,8 +118,9 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
                             for t in pads)
             stages.extend(_cpu(c) for c in pre)
             st = cpu_strategies(st, ov) if isinstance(st, ComputeStage) else scatter_block(st)
-        elif "parallel" not in ov:
-            st = scatter_block(st)
+        else:
+            st = scatter_block(st) if "parallel" not in ov else st
+            st = shared_values(st)
         stages.append(zeroing(st, plan.outputs) if isinstance(st, ScatterStage) else st)
     stages = partial_sums(stages, set(overrides), lambda st: cpu_strategies(st, {}))
     stages, cropped = fold_crops(stages, overrides)

@@ -40,10 +40,11 @@ def hoist(st: Stage, ov: Mapping[str, Any]) -> Stage:
     inner = set(serial)
     if c.split is not None:  # the bodies index the split axis through its two loop axes
         inner |= {c.split.hi, c.split.lo}
-    found = tuple(_invariant_exprs(st.bodies, inner, _safe))
+    found = tuple(_invariant_exprs(st.bodies, inner, safe_reads))
     recips = tuple(_f32_divisors(st.bodies, set(found))) if ov.get("reciprocal", True) else ()
-    folds = tuple(dict.fromkeys(e for r in _reduces(st.bodies, set(found)) for e in
-                                _invariant_exprs(r.source, set(r.axis), _safe, not always(r.condition))))
+    folds = tuple(dict.fromkeys(
+        e for r in _reduces(st.bodies, set(found))
+        for e in _invariant_exprs(r.source, set(r.axis), safe_reads, not always(r.condition))))
     return _cpu(st, hoisted=found, reciprocals=recips, fold_hoisted=folds)
 
 
@@ -63,7 +64,7 @@ def _reduces(bodies: Sequence[Expr], hoisted: set[Expr]) -> list[Reduce]:
     return list(out)
 
 
-def _safe(e: Expr) -> bool:
+def safe_reads(e: Expr) -> bool:
     """Every read in `e` is in bounds wherever it is evaluated (no guard needed): it may be
     computed before the loops even where a select or `&` guards it."""
     return all(dim_verdict(i, n) is Verdict.PROVEN for x in walk(e) if isinstance(x, Read)

@@ -259,7 +259,9 @@ class CpuStagePlan:
     serial loops, in order), `reciprocals` (hoisted float32 divisors whose quotients
     become products with the reciprocal) and `fold_hoisted` (values a reduction's terms share,
     computed once before its loops).  Scatter stages: `block` (prange over blocks of
-    that many values of the parallel axis, innermost), `zero` (how the target is zeroed).  Both: `workspace` (the stage's
+    that many values of the parallel axis, innermost; `hoisted` are then index dims computed
+    before the block loop, else values the updates share, computed once per point before
+    them), `zero` (how the target is zeroed).  Both: `workspace` (the stage's
     intermediates passed in as preallocated arrays, reused across calls); `views` ((view,
     input) pairs: the stage reads the input reshaped, reorder.collapse_reductions).  Which stages
     share a loop is not a stage decision: it is the plan's `nest` (loopnest.py).
@@ -517,14 +519,14 @@ def _stage_lines(s: Stage) -> list[str]:
             idx = "; ".join("[" + ", ".join(expr_str(i) for i in u.index) + "]" for u in s.updates)
             loops = " > ".join(a.name for a in s.order) or "(single point)"
             out = [head, f"  loops: {loops}; target index {idx}", f"  scatter: {s.strategy}"]
-            out += _cpu_lines(s.cpu)
+            out += _cpu_lines(s.cpu, scatter=True)
     if s.inlined:
         out.append(f"  inlined: {', '.join(s.inlined)}")
     out += [f"  note: {n}" for n in s.notes]
     return out
 
 
-def _cpu_lines(c: CpuStagePlan) -> list[str]:
+def _cpu_lines(c: CpuStagePlan, scatter: bool = False) -> list[str]:
     """The CPU decisions of a stage, one line each with its reason."""
     out = []
     if c.accumulate is not None:
@@ -539,7 +541,11 @@ def _cpu_lines(c: CpuStagePlan) -> list[str]:
         out.append(f"  lanes: the reduction accumulates with a reassociable add (max/min: "
                    f"llvm.maximum/minimum, exact), which LLVM vectorizes into SIMD lanes "
                    f"(sums regroup within float rounding)")
-    if c.hoisted:
+    if c.hoisted and scatter and not c.block:
+        out.append(f"  hoisted: {'; '.join(expr_str(e) for e in c.hoisted)} (shared by the "
+                   f"updates: computed once per point before their stores, past which LLVM "
+                   f"would load and compute them again)")
+    elif c.hoisted:
         out.append(f"  hoisted: {'; '.join(expr_str(e) for e in c.hoisted)} (loop-invariant: "
                    f"computed once before the {'block' if c.block else 'serial'} loops, which "
                    f"LLVM cannot do past stores)")
