@@ -24,15 +24,22 @@ def check(dtype: object) -> str:
 
 
 NARROW = {"int8": (-128, 127), "int16": (-32768, 32767), "uint8": (0, 255)}
+# a user's integer literal is checked against these (TVM's IntImm refuses 2**31 as an int32)
+RANGES = {**NARROW, "int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
 
 
-def check_literal(value: int, dtype: str) -> int:
-    """`value`, refused where a narrow integer dtype cannot hold it (as TVM refuses it)."""
-    lo, hi = NARROW.get(dtype, (value, value))
+def check_literal(value: int, dtype: str, ranges: dict[str, tuple[int, int]] = NARROW) -> int:
+    """`value`, refused where a narrow integer dtype cannot hold it (as TVM refuses it); with
+    `RANGES`, int32/int64 too (te.compute checks its bodies' literals so)."""
+    lo, hi = ranges.get(dtype, (value, value))
     if lo <= value <= hi:
         return value
+    if dtype == "int64":
+        raise ExprTypeError(f"the constant {value} does not fit int64 ({lo}..{hi}), the widest "
+                            f"integer dtype; compute in float64 (x.astype(\"float64\"))")
+    wider = "int64" if dtype == "int32" else "int32"
     raise ExprTypeError(f"the constant {value} does not fit {dtype} ({lo}..{hi}); cast the {dtype} "
-                        f"operand to a wider dtype first, e.g. x.astype(\"int32\") + {value}")
+                        f"operand to a wider dtype first, e.g. x.astype(\"{wider}\") + {value}")
 
 
 def is_float(dtype: str) -> bool:

@@ -416,7 +416,8 @@ _DIVISIONS = (Op.FLOORDIV, Op.FLOORMOD, Op.DIV)
 
 def _check_definition(bodies: tuple[Expr, ...], name: str) -> None:
     """Malformed bodies: a reduce axis outside a reduction over it (or reduced twice, nested),
-    an integer division or modulo by a constant zero."""
+    an integer division or modulo by a constant zero, an integer literal its dtype cannot hold
+    (`i32 + 2**31`; Const checks only the narrow dtypes: folds of int32 bounds may pass it)."""
     stack: list[tuple[Expr, frozenset[IterVar]]] = [(b, frozenset()) for b in bodies]
     seen: set[tuple[int, frozenset[IterVar]]] = set()  # a shared subexpression is checked once
     while stack:
@@ -440,6 +441,12 @@ def _check_definition(bodies: tuple[Expr, ...], name: str) -> None:
                 stack += [(c, inner) for c in x.source + (x.condition,)]
                 stack += [(c, bound_axes) for c in x.init]
                 stack += [(b, inner) for a in x.axis for b in (a.lo, a.extent)]  # may use earlier axes
+            case Const(value=int(v), dtype=d) if dt.is_int(d) and not \
+                    dt.RANGES[d][0] <= v <= dt.RANGES[d][1]:  # kernels would wrap it silently
+                try:
+                    dt.check_literal(v, d, dt.RANGES)
+                except dt.ExprTypeError as e:
+                    raise dt.ExprTypeError(f"compute {name!r}: {e}") from None
             case Call(op=op, args=(_, Const(value=0))) if op in _DIVISIONS and dt.is_int(x.dtype):
                 raise TensorError(
                     f"compute {name!r}: `{x}` divides by the constant 0 (integer "
