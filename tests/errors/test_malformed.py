@@ -1,9 +1,12 @@
 """Issue #13, class 4: malformed definitions are TensorErrors at definition, naming the fix."""
+import math
+
 import numpy as np
 import pytest
 
 from texpr_ad import te
 from texpr_ad.errors import TexprError
+from texpr_ad.te.expr import NotConstantError
 
 X = te.placeholder((4, 5), "float64", name="X")
 
@@ -126,3 +129,63 @@ def test_wrong_kinds_are_expr_type_errors(make, match):
 
 def test_all_are_texpr_errors():
     assert issubclass(te.TensorError, TexprError)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: te.compute((4,), lambda i: round(X[i, 0])), r"round\(\) cannot take .*te.round\(x\)"),
+    (lambda: te.compute((4,), lambda i: round(X[i, 0], 2)), r"round\(\) cannot take"),
+    (lambda: te.compute((4,), lambda i: math.floor(X[i, 0])), r"floor\(\) cannot take .*te.floor"),
+    (lambda: te.compute((4,), lambda i: math.ceil(X[i, 0])), r"ceil\(\) cannot take .*te.ceil"),
+    (lambda: te.compute((4,), lambda i: math.trunc(X[i, 0])), r"trunc\(\) cannot take .*te.trunc"),
+])
+def test_python_rounding_builtins_on_expressions_name_te_functions(make, match):
+    """round() was builtins TypeError `type Read doesn't define __round__ method`; math.floor/
+    ceil/trunc said only that the expression has no float value."""
+    with pytest.raises(te.ExprTypeError, match=match):
+        make()
+
+
+def test_math_functions_on_expressions_name_te_intrinsics_and_constants_still_convert():
+    with pytest.raises(NotConstantError, match=r"no float value; .*intrinsics \(te.exp"):
+        te.compute((4,), lambda i: math.exp(X[i, 0]))
+    assert (round(te.const(2.6)), math.floor(te.const(2.6)), math.ceil(te.const(2, "int32")),
+            math.trunc(te.const(-2.5)), round(te.const(2.567, "float64"), 2)) == (3, 2, 2, -2, 2.57)
+
+
+def test_sum_of_a_condition_is_refused_not_a_logical_or():
+    """Was silently a bool: te.sum over [1, 1, 1, 0, 1] gave True (a logical or), not 4."""
+    B = te.placeholder((5,), "bool", name="B")
+    k = te.reduce_axis((0, 5), name="k")
+    with pytest.raises(te.ExprTypeError, match=r"te.sum of the condition `B\[k\]` \(dtype bool\).*"
+                                               r"astype\(\"int32\"\)"):
+        te.compute((1,), lambda i: te.sum(B[k], axis=k))
+    with pytest.raises(te.ExprTypeError, match=r"te.sum of the condition `X\[i, k\] > 0.0`"):
+        te.compute((4,), lambda i: te.sum(X[i, k] > 0, axis=k))
+    count = te.compute((1,), lambda i: te.sum(B[k].astype("int32"), axis=k), name="count")
+    some = te.compute((1,), lambda i: te.max(B[k], axis=k), name="some")
+    b = np.array([1, 1, 1, 0, 1], bool)
+    assert [v.tolist() for v in te.evaluate([count, some], {B: b})] == [[4], [True]]
+
+
+@pytest.mark.parametrize("make, what", [
+    (lambda: te.placeholder((4,), "float32", name=None), "te.placeholder"),
+    (lambda: te.compute((4,), lambda i: X[i, 0], name=5), "te.compute"),
+    (lambda: te.reduce_axis((0, 4), name=None), "te.reduce_axis"),
+    (lambda: te.var(("n",)), "te.var"),
+])
+def test_names_must_be_strings(make, what):
+    """Were accepted: a reduce axis named None could not even be printed (repr() raised
+    `TypeError: __repr__ returned non-string`), and messages named the tensor None or 5."""
+    with pytest.raises(te.ExprTypeError, match=rf"{what}: name= must be a string, got"):
+        make()
+
+
+def test_max_of_three_values_says_to_nest():
+    """Was `te.max: where= must be a condition (bool), got `1.0``: the third value was taken as
+    a positional where=, which the user never wrote."""
+    V = te.placeholder((5,), "float32", name="V")
+    with pytest.raises(te.ExprTypeError, match=r"te.max of more than two values.*"
+                                               r"te.max\(te.max\(a, b\), c\)"):
+        te.compute((5,), lambda i: te.max(V[i], 0.0, 1.0))
+    k = _k()  # a positional where= after the axis is still TVM's reduction form
+    te.compute((4,), lambda i: te.max(X[i, k], k, X[i, k] > 0))

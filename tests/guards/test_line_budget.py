@@ -15,7 +15,7 @@ TOP = "*.py"  # the modules directly in texpr_ad/ (api, torch, jax, pullback, ..
 
 BUDGET = {
     TOP: 1428,
-    "te": 2884,
+    "te": 2917,
     "deriv": 1750,
     "ops": 2700,
     "schedule": 4221,

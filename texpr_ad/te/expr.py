@@ -26,6 +26,7 @@ Semantics (every later stage relies on these choices):
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable
@@ -98,8 +99,19 @@ class Expr:
 
     __index__ = __int__
 
-    def __float__(self) -> float:
-        raise NotConstantError(f"`{self}` is not a constant, so it has no float value")
+    def __float__(self) -> float:  # math.exp(x) too: name te's intrinsics
+        raise NotConstantError(f"`{self}` is not a constant, so it has no float value; inside a "
+                               f"compute body use te's intrinsics (te.exp, te.log, te.sqrt, "
+                               f"te.floor, ...) instead of the math module's functions")
+
+    def _no_builtin(self, fn: str, *_: Any) -> Any:
+        raise dt.ExprTypeError(f"{fn}() cannot take the te expression `{self}`; inside a compute "
+                               f"body use te.{fn}(x) (a float expression)")
+
+    def __round__(self, *nd: Any) -> Any: return self._no_builtin("round")
+    def __floor__(self) -> Any: return self._no_builtin("floor")
+    def __ceil__(self) -> Any: return self._no_builtin("ceil")
+    def __trunc__(self) -> Any: return self._no_builtin("trunc")
 
     def __bool__(self) -> bool:
         raise dt.ExprTypeError(
@@ -250,6 +262,11 @@ class Const(Expr):
 
     def __float__(self) -> float:
         return float(self.value)
+
+    def __round__(self, *nd: Any) -> Any: return round(self.value, *nd)
+    def __floor__(self) -> int: return math.floor(self.value)
+    def __ceil__(self) -> int: return math.ceil(self.value)
+    def __trunc__(self) -> int: return math.trunc(self.value)
 
     def __post_init__(self) -> None:
         v = self.value

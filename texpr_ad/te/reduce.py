@@ -99,6 +99,11 @@ class Reducer:
                 raise TensorError(f"te.{self.name}: got both a second operand and axis=; pass the "
                                   f"reduce axes once")
             _axes(axis, self.name)
+        elif b is not None and not isinstance(b, (IterVar, list, tuple)) and \
+                (where is not None or args):  # te.max(a, b, c): not a where=
+            raise dt.ExprTypeError(f"te.{self.name} of more than two values: its elementwise form "
+                                   f"takes two (te.{self.name}(a, b)); nest it, "
+                                   f"te.{self.name}(te.{self.name}(a, b), c)")
         axis = b if axis is None else axis
         if isinstance(axis, (list, tuple)) or (isinstance(axis, IterVar) and (
                 axis.kind == "reduce" or self.kind not in (ReduceKind.MAX, ReduceKind.MIN))):
@@ -113,6 +118,12 @@ class Reducer:
                             f"or two expressions for the elementwise form")
         multi = isinstance(expr, (tuple, list))
         srcs = tuple(as_expr(x) for x in (expr if multi else (expr,)))
+        bools = [s for s in srcs if s.dtype == "bool"]
+        if bools and self.kind is ReduceKind.SUM:  # a bool sum is True/False, not a count
+            raise dt.ExprTypeError(f"te.sum of the condition `{bools[0]}` (dtype bool) would be a "
+                                   f"logical or, not a count; cast it to count: "
+                                   f"te.sum(({bools[0]}).astype(\"int32\"), axis=...) (te.max over "
+                                   f"the axis is 'any')")
         comb = self.make([s.dtype for s in srcs])
         cond = const(True) if where is None else as_expr(where)
         if cond.dtype != "bool":

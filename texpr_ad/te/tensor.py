@@ -229,19 +229,29 @@ def _shape(shape: Any, what: str) -> tuple[Expr, ...]:
     return tuple(out)
 
 
+def _named(name: Any, what: str) -> str:
+    """`name`, refused unless a string (a None name broke repr() and every message naming it)."""
+    if not isinstance(name, str):
+        raise dt.ExprTypeError(f"{what}: name= must be a string, got {name!r}; pass e.g. "
+                               f"name=\"x\" or leave it out")
+    return name
+
+
 def placeholder(shape: Any, dtype: str = "float32", name: str = "placeholder") -> Tensor:
     """An input tensor (`tvm.te.placeholder`)."""
+    _named(name, "te.placeholder")
     op = PlaceholderOp(name, _shape(shape, f"placeholder {name!r}"), dt.check(dtype))
     return Tensor(op, 0, op.shape, op.dtype)
 
 
 def var(name: str = "n", dtype: str = "int32") -> Var:
     """A symbolic scalar (e.g. a dimension), bound from the input shapes at call time."""
-    return Var(name, dt.check(dtype))
+    return Var(_named(name, "te.var"), dt.check(dtype))
 
 
 def reduce_axis(dom: tuple[Any, Any], name: str = "rv") -> IterVar:
     """A reduction axis over [lo, hi) (`tvm.te.reduce_axis`)."""
+    _named(name, "te.reduce_axis")
     if not isinstance(dom, (list, tuple)) or len(dom) != 2:
         raise TensorError(f"te.reduce_axis {name!r}: dom must be a pair (lo, hi), got {dom!r}")
     lo, hi = (as_expr(x) for x in dom)
@@ -286,7 +296,7 @@ def compute(shape: Any, fcompute: Callable[..., Any], name: str = "compute", tag
     Axis names come from the lambda's parameters (or `fcompute.axis_names`).
     A reduction nested inside a larger body is split into its own stage.
     """
-    shp = _shape(shape, f"compute {name!r}")
+    shp = _shape(shape, f"compute {_named(name, 'te.compute')!r}")
     names = getattr(fcompute, "axis_names", None) or _param_names(fcompute, len(shp), name)
     axes = tuple(IterVar(n, const(0), s, "data") for n, s in zip(names, shp, strict=True))
     res = fcompute(*axes)
