@@ -29,6 +29,7 @@ from . import te
 from .deriv import GradientError, grad
 from .errors import TexprError
 from .kernels.cuda_runtime import is_device_array
+from .kernels.kernel import no_keywords
 from .schedule.residuals import Decision, choose, rebuilt
 from .te import dtype as dt
 from .te.dag import placeholders, replace_inputs
@@ -181,7 +182,9 @@ class Forward:
     def __init__(self, pullback: Pullback) -> None:
         self.pullback = pullback
 
-    def __call__(self, *arrays: Any) -> tuple[tuple[Any, ...], Residuals]:
+    def __call__(self, *arrays: Any, **keywords: Any) -> tuple[tuple[Any, ...], Residuals]:
+        if keywords:
+            no_keywords(keywords, self.pullback.inputs, "the vjp's forward")
         return self.pullback.forward(*arrays)
 
     def explain(self) -> str:
@@ -198,7 +201,10 @@ class Backward:
     def __init__(self, pullback: Pullback) -> None:
         self.pullback = pullback
 
-    def __call__(self, res: Residuals, *heads: Any) -> tuple[Any | None, ...]:
+    def __call__(self, res: Residuals, *heads: Any, **keywords: Any) -> tuple[Any | None, ...]:
+        if keywords:
+            no_keywords(keywords, self.pullback.outputs, "the vjp's backward",
+                        "the residuals, then one cotangent per output")
         return self.pullback.backward(res, *heads)
 
     def explain(self) -> str:

@@ -190,3 +190,25 @@ def test_keyword_arrays_are_refused_naming_them(mm):
                                                  r"arguments positionally"):
         op(A=a, W=w)
     assert op(a, w).shape == (8, 32)
+
+
+def test_arrays_by_keyword_are_refused_naming_the_positional_order():
+    """Were builtins TypeError: `CpuKernel.__call__() got an unexpected keyword argument 'X'`
+    (and `Forward.__call__() ...` for a vjp's forward), naming no input."""
+    X = te.placeholder((3,), "float32", name="X")
+    S = te.placeholder((), "float32", name="S")
+    Y = te.compute((3,), lambda i: X[i] * S, name="Y")
+    kern = ta.build([Y], [X, S])
+    x, s = np.arange(3, dtype="float32"), np.array(2, "float32")
+    with pytest.raises(KernelArgumentError, match=r"kernel got keyword argument\(s\) 'X', 'S'; "
+                                                  r"pass the arrays positionally.*\(X, S\)"):
+        kern(X=x, S=s)
+    fwd, bwd = ta.vjp([Y], [X, S])
+    with pytest.raises(KernelArgumentError, match=r"forward got keyword argument\(s\) 'S'.*\(X, S\)"):
+        fwd(x, S=s)
+    (y,), res = fwd(x, s)
+    with pytest.raises(KernelArgumentError, match=r"backward got keyword argument\(s\) 'dY'.*"
+                                                  r"residuals, then one cotangent per output: \(Y\)"):
+        bwd(res, dY=np.ones(3, "float32"))
+    np.testing.assert_array_equal(kern(x, s)[0], x * 2)  # positionally: unchanged
+    np.testing.assert_array_equal(bwd(res, np.ones(3, "float32"))[0], np.full(3, 2, "float32"))

@@ -14,12 +14,12 @@ PKG = Path(__file__).resolve().parents[2] / "texpr_ad"
 TOP = "*.py"  # the modules directly in texpr_ad/ (api, torch, jax, pullback, ...)
 
 BUDGET = {
-    TOP: 1428,
+    TOP: 1434,
     "te": 2917,
     "deriv": 1750,
     "ops": 2700,
     "schedule": 4221,
-    "kernels": 3790,
+    "kernels": 3800,
     "relax_bridge": 3554,
     "report": 1465,
     "testing": 500,

@@ -9,7 +9,7 @@ import numpy as np
 from ..arrays import eval_shape
 from ..schedule.plan import Plan
 from ..te.expr import Const
-from .kernel import Kernel
+from .kernel import Kernel, no_keywords
 from .numba_cpu import CPURenderer, compile_source
 from .render import Renderer
 
@@ -35,7 +35,9 @@ class CpuKernel(Kernel):
                         for t in plan.zeroed]
         self._fn = compile_source(self.source)
 
-    def __call__(self, *arrays: Any) -> tuple[np.ndarray, ...]:
+    def __call__(self, *arrays: Any, **keywords: Any) -> tuple[np.ndarray, ...]:
+        if keywords:
+            no_keywords(keywords, self.plan.inputs)
         args, params = self._prepare(arrays)
         res = self._run(*args, *params, *self._workspace(params),
                         *(np.zeros(s, dtype=d) for s, d in self._zeroed))

@@ -9,7 +9,7 @@ from ..schedule.plan import Plan
 from . import cache
 from .cuda_render import CUDARenderer
 from .cuda_runtime import device_copy, host_stand_in, is_device_array, load_cuda
-from .kernel import Kernel
+from .kernel import Kernel, no_keywords
 from .render import KERNEL_NAME, Renderer
 
 
@@ -27,7 +27,9 @@ class CudaKernel(Kernel):
         self._fn = getattr(self.module, KERNEL_NAME)
         self._device_checked: dict[tuple, list[int]] = {}  # `_device_args`' memo
 
-    def __call__(self, *arrays: Any) -> tuple[Any, ...]:
+    def __call__(self, *arrays: Any, **keywords: Any) -> tuple[Any, ...]:
+        if keywords:
+            no_keywords(keywords, self.plan.inputs)
         cuda = load_cuda()
         on_device = [is_device_array(a) for a in arrays]
         if all(on_device):

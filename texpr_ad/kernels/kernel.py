@@ -33,6 +33,14 @@ class KernelArgumentError(TexprError, ValueError):
     """An array passed to a kernel does not match its input (names the input and the fix)."""
 
 
+def no_keywords(keywords: dict[str, Any], inputs: Sequence[Tensor], what: str = "kernel",
+                order: str = "its inputs") -> None:
+    """Refuse arrays passed by keyword (`kernel(X=x)`), naming the positional order."""
+    raise KernelArgumentError(f"{what} got keyword argument(s) {', '.join(map(repr, keywords))}; "
+                              f"pass the arrays positionally, in the order of {order}: "
+                              f"({', '.join(t.name for t in inputs)})")
+
+
 class KernelIndexError(KernelArgumentError, IndexError):
     """A read or scatter index fell outside its tensor when the kernel ran (an index computed
     from tensor values, a reduce range read from data, or symbolic dims that do not fit)."""
@@ -70,8 +78,8 @@ class Kernel(ABC):
             print(self.source)
 
     @abstractmethod
-    def __call__(self, *arrays: Any) -> tuple[Any, ...]:
-        """The outputs, for one array per input."""
+    def __call__(self, *arrays: Any, **keywords: Any) -> tuple[Any, ...]:
+        """The outputs, for one array per input (positional: a keyword is refused)."""
 
     @abstractmethod
     def _internal_error(self, e: Exception) -> str:
