@@ -160,8 +160,14 @@ def _reduce(data: Tensor, axis: Any, keepdims: bool, reducer: Any, name: str) ->
 
 
 def sum(data: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
-    """Sum over `axis` (an int, a tuple, or None for all)."""
-    return _reduce(data, axis, keepdims, te.sum, "T_sum")
+    """Sum over `axis` (an int, a tuple, or None for all); bool data is counted in int64, as
+    NumPy sums it (te.sum refuses a bool sum: it would be a logical or)."""
+    return _reduce(data, axis, keepdims, lambda x, axis: te.sum(_counted(x), axis=axis), "T_sum")
+
+
+def _counted(x: Any) -> Any:
+    """A bool value as the int64 0/1 that a sum counts; other values as they are."""
+    return x.astype("int64") if x.dtype == "bool" else x
 
 
 def max(data: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
@@ -279,13 +285,14 @@ def argmin(data: Tensor, axis: int, keepdims: bool = False) -> Tensor:
 
 
 def cumsum(data: Tensor, axis: int = 0, exclusive: bool = False) -> Tensor:
-    """out[.., i, ..] = sum_{k <= i} data[.., k, ..] (k < i when `exclusive`), as a reduction."""
+    """out[.., i, ..] = sum_{k <= i} data[.., k, ..] (k < i when `exclusive`), as a reduction;
+    bool data counted in int64, as NumPy's cumsum does."""
     (a,) = _axes(data, axis, "cumsum")
     k = te.reduce_axis((0, _dims(data)[a]), name="k")
 
     def body(*i: Any) -> Any:
         src = tuple(k if d == a else x for d, x in enumerate(i))
-        return te.sum(data[src], axis=k, where=(k < i[a]) if exclusive else (k <= i[a]))
+        return te.sum(_counted(data[src]), axis=k, where=(k < i[a]) if exclusive else (k <= i[a]))
 
     return te.compute(data.shape, body, name="T_cumsum")
 
