@@ -16,10 +16,10 @@ TOP = "*.py"  # the modules directly in texpr_ad/ (api, torch, jax, pullback, ..
 BUDGET = {
     TOP: 1434,
     "te": 2917,
-    "deriv": 1750,
+    "deriv": 1767,
     "ops": 2700,
-    "schedule": 4221,
-    "kernels": 3800,
+    "schedule": 4233,
+    "kernels": 3806,
     "relax_bridge": 3554,
     "report": 1465,
     "testing": 500,

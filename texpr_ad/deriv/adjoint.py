@@ -185,16 +185,21 @@ class _Builder:
             return const(0.0, dtype)  # no point of the domain reads X here
         # index-range conditions first: `&` short-circuits, so they guard data-dependent reads
         conds = sorted((c for c in conds if not _is_true(c)), key=lambda c: bool(reads(c)))
-        if inv.new_axes:
+        aside, axes = None, inv.new_axes
+        if axes:
+            axes, aside = _gate_aside(axes, value, conds)
+            ren = dict(zip(inv.new_axes, axes, strict=True))
+            value, conds = substitute(value, ren), [substitute(c, ren) for c in conds]
             # factors free of the summed axes move out, where the sum is over a fixed non-empty
             # box (so they were evaluated before too: no guard protected them)
             fixed_box = not conds and all(isinstance(a.lo, Const) and isinstance(a.extent, Const)
-                                          and a.extent.value > 0 for a in inv.new_axes)
-            outer, inner = _factor_out(value, set(inv.new_axes)) if fixed_box else (None, value)
-            if fixed_box and is_centered_zero(inner, tuple(inv.new_axes)):
+                                          and a.extent.value > 0 for a in axes)
+            outer, inner = _factor_out(value, set(axes)) if fixed_box else (None, value)
+            if fixed_box and is_centered_zero(inner, tuple(axes)):
                 return const(0.0, dtype)  # sum_k c (x - mean_k x) = 0: a variance's mean term
-            red = te.sum(inner, axis=list(inv.new_axes), where=_all(conds) if conds else None)
-            return red if outer is None else outer * red
+            red = te.sum(inner, axis=list(axes), where=_all(conds) if conds else None)
+            red = red if outer is None else outer * red
+            return red if aside is None else te.if_then_else(aside, red, const(0.0, dtype))
         return te.if_then_else(_all(conds), value, const(0.0, dtype)) if conds else value
 
     def _scatter(self, X: Tensor, terms: list[Term], name: str) -> Tensor:
@@ -211,6 +216,44 @@ class _Builder:
                    for t in terms]
         op = ScatterOp.of(name, self.prefix_shape + X.shape, X.dtype, tuple(axes), updates)
         return Tensor(op, 0, op.shape, op.dtype)
+
+
+def _gate_aside(axes: tuple[IterVar, ...], value: Expr, conds: Sequence[Expr]
+                ) -> tuple[tuple[IterVar, ...], Expr | None]:
+    """The new axes of an inversion, with the conjuncts of its gate (the first axis' extent
+    `select(gate, E, 0)`, solver `gate=True`) on target axes that nothing else in the sum
+    uses taken out, and those conjuncts (None if none): `sum_{f < select(ax3 == 0, E, 0)} t(f)`
+    becomes `if_then_else(ax3 == 0, sum_{f < E} t(f), 0)`.  The reduction, lifted to a stage
+    over the axes it uses (`te.tensor._split_nested`), then has no ax3: no loop over ax3 whose
+    other values run an empty sum after computing its hoisted values, and two such sums of one
+    adjoint (grid_sample's dgrid[.., 0] and [.., 1]) are reductions over the same points.  The
+    term is the same wherever the gate taken out fails (it does not read those axes)."""
+    a0, e = axes[0], axes[0].extent
+    if not (isinstance(e, Call) and e.op is Op.SELECT and _is_zero_const(e.args[2])):
+        return axes, None
+    parts = _conjuncts(e.args[0])
+    rest = [value, *conds, e.args[1], a0.lo, *(b for a in axes[1:] for b in (a.lo, a.extent))]
+    aside: list[Expr] = []
+    keep: list[Expr] = []
+    for k, c in enumerate(parts):
+        used = {v for x in [*rest, *parts[:k], *parts[k + 1:]] for v in walk(x)
+                if isinstance(v, IterVar)}
+        mine = {v for v in walk(c) if isinstance(v, IterVar)}
+        (aside if mine and not mine & used else keep).append(c)
+    if not aside:
+        return axes, None
+    ext = e.args[1] if not keep else Call(Op.SELECT, (_all(keep), e.args[1], const(0)), e.dtype)
+    new = IterVar(a0.name, a0.lo, ext, "reduce")
+    ren = {a0: new}
+    return (new, *(IterVar(a.name, substitute(a.lo, ren), substitute(a.extent, ren), "reduce")
+                   for a in axes[1:])), _all(aside)
+
+
+def _conjuncts(c: Expr) -> list[Expr]:
+    """`c`'s operands of `&`, flattened."""
+    if isinstance(c, Call) and c.op is Op.AND:
+        return _conjuncts(c.args[0]) + _conjuncts(c.args[1])
+    return [c]
 
 
 def _scatter_key(t: Term) -> tuple:

@@ -17,7 +17,8 @@ class CPUFold(RenderPass):
 
     def stepped_fold(self, depth: int, r: Reduce, env: dict[Expr, str], stage: str,
                      chunk: Chunk | None = None,
-                     siblings: Sequence[tuple[Reduce, dict[Expr, str], str]] = ()) -> list[str]:
+                     siblings: Sequence[tuple[Reduce, dict[Expr, str], str]] = (),
+                     serial: bool = False) -> list[str]:
         """Fold `r`'s source (no init) over its axes in scalar accumulators stepped by
         `LANE_STEP`, one per reduce axis, each folded into the one outside it when its loop
         ends: over (n, h, w) a float32 sum adds chains of n, h and w terms, not n*h*w.
@@ -26,7 +27,8 @@ class CPUFold(RenderPass):
         accumulator and those of longer loops are float64, a long innermost loop folds in
         float32 blocks (`fold_levels`).  `siblings` (reduction, env, stage) fold over the same
         axes in the same loops, accumulators of their own.  Returns the outermost accumulator
-        of `r` and of each sibling (float64 when wide)."""
+        of `r` and of each sibling (float64 when wide).  `serial`: scalar sums (no lanes,
+        fuse.scalar_sibling) step `acc + term` in axis order, as `reduction` would."""
         levels: list[Level] = []
         last, wide = len(r.axis) - 1, wide_sum(r)
         for k, ax in enumerate(r.axis):
@@ -38,6 +40,8 @@ class CPUFold(RenderPass):
                                               for _, _, name in siblings]
 
         def step(x: Reduce, acc: str, e: dict[Expr, str]) -> Callable[[int], str]:
+            if serial:
+                return lambda d: f"{acc} + {self.expr(x.source[0], e)}"
             return lambda d: f"{LANE_STEP[x.combiner.kind]}({acc}, {top(self.expr(x.source[0], e))})"
         self.fold_nest(depth, levels, [(x, a, step(x, a[-1], e)) for (x, e, _), a in
                                        zip([(r, env, stage), *siblings], accs, strict=True)])

@@ -174,7 +174,8 @@ class CPURender(CPUFold):
         self.recip = recips[0]  # one set per fold: each source reads its own stage's
         accs = self.stepped_fold(depth, reds[0][0], envs[0], stages[0].name, None,
                                  [(red[0], env, st.name) for st, red, env
-                                  in zip(stages[1:], reds[1:], envs[1:], strict=True)])
+                                  in zip(stages[1:], reds[1:], envs[1:], strict=True)],
+                                 serial=stages[0].cpu.lanes <= 1)
         for st, red, env, acc, rc in zip(stages, reds, envs, accs, recips, strict=True):
             self.recip = rc
             if wide_sum(red[0]):

@@ -32,10 +32,11 @@ Three refinements of the same rewrite:
 - ROW: in a prange, a lanes reduction `s[i] = sum_k e[i, k]` right after the elementwise stage
   `e[i, j]` that it reads only at `[i, k]` folds in `e`'s row loop as each element is stored
   (softmax's exp and sum: one pass over the row, the same terms in the same order).
-- SIBLINGS: in a prange, a lanes reduction over the same loops as an earlier one (same extents,
-  one reduction each of the same accumulation) that reads nothing written from that one on
-  moves up next to it, and they fold in one loop nest (`_sibling_map`; group-norm's gradient
-  sums over each group, and its dgamma and dbeta over each channel).
+- SIBLINGS: in a prange, a lanes (or serial one-axis sum) reduction over the same loops as an
+  earlier one (same extents, one reduction each of the same accumulation) that reads nothing
+  written from that one on moves up next to it, and they fold in one loop nest (`_sibling_map`;
+  group-norm's gradient sums over each group, and its dgamma and dbeta over each channel;
+  grid_sample's two channel sums of dgrid over the same gathered taps).
 - place: an intermediate that only later members of its prange read becomes a per-iteration
   row buffer.
 """
@@ -46,7 +47,7 @@ import operator
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Mapping
 
-from ..te.expr import Const, Expr, IterVar, Read, Reduce, always, const
+from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind, always, const
 from ..te.tensor import Tensor
 from ..te.visit import reads_in, transform, walk
 from .loopnest import REASONS, SIBLING_STORES, Loop, LoopKind, Node, Place, StageRef, refs
@@ -356,15 +357,18 @@ def _sibling_map(head: ComputeStage, st: Stage) -> dict[IterVar, IterVar] | None
         return {y: x for x, y in pairs} if ok and all(
             x.lo.same_as(y.lo) and x.extent.same_as(y.extent) for x, y in pairs) else None
     c, ch = st.cpu, head.cpu
-    if not (isinstance(st, ComputeStage) and c is not None and ch is not None and c.lanes > 1
+    if not (isinstance(st, ComputeStage) and c is not None and ch is not None
             and c.lanes == ch.lanes and len(st.bodies) == len(head.bodies) == 1
             and st.tensors[0] is not None and len(st.order) == len(head.order) >= 1):
         return None
-    if any(x.accumulate or x.contraction or x.split for x in (c, ch)):
+    if any(x.accumulate or x.contraction or x.split for x in (c, ch)) or not all(
+            any(isinstance(x, Reduce) for x in walk(s.bodies[0])) for s in (head, st)):
         return None
     ra, rb = first_reduction(head), first_reduction(st)
     if len(ra.axis) != len(rb.axis) or wide_sum(ra) != wide_sum(rb) or ra.init or rb.init \
             or not (always(ra.condition) and always(rb.condition)):
+        return None
+    if c.lanes <= 1 and not all(scalar_sibling(r) for r in (ra, rb)):
         return None
     pairs = [*zip(head.order, st.order), *zip(ra.axis, rb.axis)]
     if not all(x.lo.same_as(y.lo) and x.extent.same_as(y.extent) for x, y in pairs):
@@ -374,6 +378,15 @@ def _sibling_map(head: ComputeStage, st: Stage) -> dict[IterVar, IterVar] | None
     if bound & {id(a) for a in st.order[st.fused:]}:
         return None  # reduce bounds over a serial data axis: keep its own loops
     return m
+
+
+def scalar_sibling(r: Reduce) -> bool:
+    """A serial reduction (no lanes) that may fold with a sibling: a sum of one value over one
+    axis, not wide, each accumulator then stepping `acc + term` in axis order as it would
+    alone (grid_sample's two sums over the channels of the same four gathered taps,
+    d/dgrid[.., 0] and [.., 1]: the taps loaded once for both)."""
+    return (r.combiner.kind is ReduceKind.SUM and len(r.source) == 1 and len(r.axis) == 1
+            and not wide_sum(r))
 
 
 def _stores(st: Stage) -> bool:
