@@ -11,6 +11,7 @@ The runtime the generated module calls is `kernels/cuda_runtime.py`.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -522,13 +523,6 @@ def _unique(ts: Sequence) -> list:
     return out
 
 
-def _prod(xs: Sequence[int]) -> int:
-    out = 1
-    for x in xs:
-        out *= x
-    return out
-
-
 def _count(axes: Sequence[IterVar]) -> int:
     """The static number of points of `axes` (1 for none)."""
-    return _prod([const_int(a.extent) or 1 for a in axes])
+    return math.prod(const_int(a.extent) or 1 for a in axes)
