@@ -13,64 +13,69 @@ import texpr_ad as ta
 from texpr_ad import te
 from texpr_ad.ops.nn import max_pool2d
 from texpr_ad.ops.vision import np_resize_bilinear, resize2d
+from texpr_ad.schedule.loopnest import LoopKind, refs
 from texpr_ad.schedule.plan import ScatterStage
 
 C, H, W, HO, WO = 16, 6, 7, 5, 3
 
 
-def _grid_sample_grad(n: int, dtype: str):
-    """F.grid_sample(bilinear, zeros, align_corners=False) of x (n, C, H, W) at grid
-    (n, HO, WO, 2), and its gradients: dx a scatter-add at floor(grid) (+1), four taps."""
-    x = te.placeholder((n, C, H, W), dtype, name="x")
-    g = te.placeholder((n, HO, WO, 2), dtype, name="grid")
+def _grid_sample_grad(n: int, dtype: str, c: int = C, h: int = H, w: int = W, ho: int = HO,
+                      wo: int = WO):
+    """F.grid_sample(bilinear, zeros, align_corners=False) of x (n, c, h, w) at grid
+    (n, ho, wo, 2), and its gradients: dx a scatter-add at floor(grid) (+1), four taps."""
+    x = te.placeholder((n, c, h, w), dtype, name="x")
+    g = te.placeholder((n, ho, wo, 2), dtype, name="grid")
 
     def body(b, f, i, j):
-        fx = ((g[b, i, j, 0] + 1.0) * W - 1.0) * 0.5
-        fy = ((g[b, i, j, 1] + 1.0) * H - 1.0) * 0.5
+        fx = ((g[b, i, j, 0] + 1.0) * w - 1.0) * 0.5
+        fy = ((g[b, i, j, 1] + 1.0) * h - 1.0) * 0.5
         x0, y0 = te.floor(fx), te.floor(fy)
         ax, ay = fx - x0, fy - y0
         xi, yi = x0.astype("int32"), y0.astype("int32")
 
         def tap(yy, xx):
-            inside = (yy >= 0) & (yy < H) & (xx >= 0) & (xx < W)
+            inside = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
             return te.if_then_else(inside, x[b, f, yy, xx], 0.0)
         return ((tap(yi, xi) * (1.0 - ax) + tap(yi, xi + 1) * ax) * (1.0 - ay)
                 + (tap(yi + 1, xi) * (1.0 - ax) + tap(yi + 1, xi + 1) * ax) * ay)
-    y = te.compute((n, C, HO, WO), body, name="gs")
-    h = te.placeholder((n, C, HO, WO), dtype, name="head")
-    dx, dg = ta.grad(y, [x, g], head=h)
-    return ta.build([dx, dg], [x, g, h])
+    y = te.compute((n, c, ho, wo), body, name="gs")
+    head = te.placeholder((n, c, ho, wo), dtype, name="head")
+    dx, dg = ta.grad(y, [x, g], head=head)
+    return ta.build([dx, dg], [x, g, head])
 
 
 def _reference(x: np.ndarray, g: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Both gradients in float64, tap by tap (floor held constant, as its derivative is 0)."""
     x, g, h = (a.astype(np.float64) for a in (x, g, h))
+    (_, c, hh, ww), (_, ho, wo, _) = x.shape, g.shape
     dx, dg = np.zeros_like(x), np.zeros_like(g)
     for b in range(g.shape[0]):
-        for i in range(HO):
-            for j in range(WO):
-                fx, fy = ((g[b, i, j, 0] + 1) * W - 1) / 2, ((g[b, i, j, 1] + 1) * H - 1) / 2
+        for i in range(ho):
+            for j in range(wo):
+                fx, fy = ((g[b, i, j, 0] + 1) * ww - 1) / 2, ((g[b, i, j, 1] + 1) * hh - 1) / 2
                 x0, y0 = int(np.floor(fx)), int(np.floor(fy))
                 ax, ay = fx - x0, fy - y0
                 v = {}
                 for yy, wy in ((y0, 1 - ay), (y0 + 1, ay)):
                     for xx, wx in ((x0, 1 - ax), (x0 + 1, ax)):
-                        ok = 0 <= yy < H and 0 <= xx < W
-                        v[yy - y0, xx - x0] = x[b, :, yy, xx] if ok else np.zeros(C)
+                        ok = 0 <= yy < hh and 0 <= xx < ww
+                        v[yy - y0, xx - x0] = x[b, :, yy, xx] if ok else np.zeros(c)
                         if ok:
                             dx[b, :, yy, xx] += h[b, :, i, j] * wy * wx
                 d_ax = (1 - ay) * (v[0, 1] - v[0, 0]) + ay * (v[1, 1] - v[1, 0])
                 d_ay = (1 - ax) * (v[1, 0] - v[0, 0]) + ax * (v[1, 1] - v[0, 1])
-                dg[b, i, j, 0] = np.sum(h[b, :, i, j] * d_ax) * W / 2
-                dg[b, i, j, 1] = np.sum(h[b, :, i, j] * d_ay) * H / 2
+                dg[b, i, j, 0] = np.sum(h[b, :, i, j] * d_ax) * ww / 2
+                dg[b, i, j, 1] = np.sum(h[b, :, i, j] * d_ay) * hh / 2
     return dx, dg
 
 
-def _check_values(k, n: int, dtype: str, seed: int) -> None:
+def _check_values(k, dtype: str, seed: int) -> None:
+    """`_grid_sample_grad`'s kernel on random arrays of its input shapes, against `_reference`."""
     r = np.random.default_rng(seed)
-    x = r.standard_normal((n, C, H, W)).astype(dtype)
-    g = r.uniform(-1.2, 1.2, (n, HO, WO, 2)).astype(dtype)  # some taps fall outside
-    h = r.standard_normal((n, C, HO, WO)).astype(dtype)
+    xs, gs, hs = (tuple(int(d) for d in t.shape) for t in k.inputs)
+    x = r.standard_normal(xs).astype(dtype)
+    g = r.uniform(-1.2, 1.2, gs).astype(dtype)  # some taps fall outside
+    h = r.standard_normal(hs).astype(dtype)
     dx, dg = k(x, g, h)
     want_dx, want_dg = _reference(x, g, h)
     tol = 1e-12 if dtype == "float64" else 2e-5
@@ -96,7 +101,24 @@ def test_the_taps_share_the_coordinates_and_weights(dtype):
     src = _dx_source(k)
     taps = src[src.index("if "):]
     assert src.count("+=") == 4 and "np.floor" not in taps and "grid[" not in taps, src
-    _check_values(k, 8, dtype, seed=1)
+    _check_values(k, dtype, seed=1)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_the_grid_gradient_sums_the_taps_once(dtype):
+    """dgrid[.., 0] and [.., 1] (deriv `_gate_aside`: the coordinate axis is a select around
+    each sum, not part of its domain) are sums over (b, i, j) that fold in one SIBLINGS loop
+    over the channels (fuse.py `scalar_sibling`): the taps are loaded once for both."""
+    k = _grid_sample_grad(2, dtype, c=8, h=12, w=10, ho=9, wo=11)
+    reds = [st for st in k.plan.stages if st.name.startswith("dgrid_red")]
+    assert len(reds) == 2, str(k.plan)
+    for st in reds:
+        assert tuple(int(d) for d in st.tensors[0].shape) == (2, 9, 11), str(k.plan)
+    sib = [n for t in k.plan.tree for n in getattr(t, "body", ())
+           if getattr(n, "kind", None) is LoopKind.SIBLINGS]
+    assert len(sib) == 1 and {r.name for r in refs((sib[0],))} == {st.name for st in reds}, \
+        str(k.plan)
+    _check_values(k, dtype, seed=0)
 
 
 def test_unconditional_taps_share_their_load():
