@@ -10,11 +10,12 @@ from typing import Callable, Sequence
 from ..schedule.checks import node_checks, plain
 from ..schedule.loopnest import Loop, LoopKind, Place, refs
 from ..schedule.plan import ComputeStage, ScatterStage, Zeroing, wide_sum
+from ..schedule.stageloops import (Bind, Fold, For, Hoist, Par, SNode, Store, inner_loops,
+                                   reduce_groups, stage_loops)
 from ..te.expr import Expr, IterVar, Read, Reduce, always, is_zero
 from ..te.visit import walk
 from .cpu_fold import LANE_STEP, CPUFold
-from .render import (CHECK_NAME, ERR_NAME, KERNEL_NAME, describe_stage, is_placeholder, np_dtype,
-                     reduce_groups, top)
+from .render import CHECK_NAME, ERR_NAME, KERNEL_NAME, describe_stage, is_placeholder, np_dtype, top
 
 
 class CPURender(CPUFold):
@@ -79,12 +80,8 @@ class CPURender(CPUFold):
         if st.cpu.accumulate is not None:
             self.accumulate(st)
             return
-        depth = 1
-        serial = st.order
-        if st.parallel and st.fused:
-            depth = self.parallel_nest(depth, st.order[: st.fused], st.name)
-            serial = st.order[st.fused:]
-        self.loops_and_body(st, depth, serial)
+        self.recip = {}
+        self.nodes(1, stage_loops(st), st, {})
 
     def allocate(self, depth: int, st: ComputeStage, axes: Sequence[IterVar]) -> None:
         """`np.empty` for the stage's tensors (a workspace argument needs none; a tensor written
@@ -101,41 +98,59 @@ class CPURender(CPUFold):
             self.emit(depth, f"{name} = {self.tensor(base)}.reshape({self.shape(list(v.shape))})")
 
     def loops_and_body(self, st: ComputeStage, depth: int, serial: Sequence[IterVar]) -> None:
-        """The serial loops of `st`, its reductions and its stores.
+        """The serial loops of `st`, its reductions and its stores (stageloops.inner_loops)."""
+        self.recip = {}
+        self.nodes(depth, inner_loops(st, serial), st, {})
 
-        Values that the serial loops do not change (`softmax_max[i]`, `log(s[i])` in a row loop
+    def nodes(self, depth: int, nodes: Sequence[SNode], st: ComputeStage, env: dict[Expr, str]
+              ) -> None:
+        """A stage's loop-nest tree (stageloops.py), each node by its rule in NODE_RULES."""
+        for n in nodes:
+            NODE_RULES[type(n)](self, n, depth, st, env)  # type: ignore[operator]
+
+    def par_node(self, n: Par, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
+        self.nodes(self.parallel_nest(depth, n.axes, st.name), n.body, st, env)
+
+    def for_node(self, n: For, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
+        self.range_loop(depth, n.axis, {})
+        self.nodes(depth + 1, n.body, st, env)
+
+    def bind_node(self, n: Bind, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
+        sp = n.split
+        self.emit(depth, f"{self.axis(sp.axis)} = {sp.factor} * {self.axis(sp.hi)} + "
+                         f"{self.axis(sp.lo)}")
+
+    def hoist_node(self, n: Hoist, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
+        """Values the serial loops do not change (`softmax_max[i]`, `log(s[i])` in a row loop
         over j) are computed once into locals first: LLVM cannot hoist loads past stores to
         another array it cannot prove distinct, nor calls, and the loop would not vectorize.
         A float32 division by such a value becomes a product with its reciprocal (at most 1 ulp
-        from the quotient; PyTorch's softmax scales the same way), when the renderer's
-        `reciprocal_f32` says so."""
-        env: dict[Expr, str] = {}
-        self.recip = {}
-        cpu = st.cpu
-        self.hoist_values(depth, st, env)
-        split, lanes, ranges = cpu.split, cpu.lanes, cpu.ranges
-        for a in serial[:-1] if ranges else serial:  # ranges: one innermost loop per range below
-            sp = split if split is not None and a is split.axis else None
-            for loop in (sp.hi, sp.lo) if sp else (a,):
-                self.range_loop(depth, loop, {})
-                depth += 1
-            if sp:
-                self.emit(depth, f"{self.axis(a)} = {sp.factor} * {self.axis(sp.hi)} + {self.axis(sp.lo)}")
-        for red in reduce_groups(st.bodies):
-            self.hoist_fold(depth, st, red[0], env)
-            if lanes > 1:
-                self.lane_reduction(depth, red, env, st.name, lanes)
-            else:
-                self.reduction(depth, red, env, st.name)
-        for ax, bodies in ranges.pieces if ranges else ((None, st.bodies),):
-            if ax is not None:
-                self.range_loop(depth, ax, {})
-            d = depth + (ax is not None)
-            idx = [self.axis(ax if ax is not None and a is ranges.axis else a)  # type: ignore[union-attr]
-                   for a in st.axes]
-            for t, b in zip(st.tensors, bodies, strict=True):
-                if t is not None:
-                    self.emit(d, f"{self.index(t, idx)} = {top(self.expr(b, env))}")
+        from the quotient; PyTorch's softmax scales the same way)."""
+        for r in n.values:
+            hint = self.tensor(r.tensor) + "_r" if isinstance(r, Read) else st.name + "_inv"
+            name = self.names.fresh(hint)
+            self.emit(depth, f"{name} = {self.expr(r, {})}")
+            env[r] = name
+        for b in n.reciprocals:
+            inv, k = self.names.fresh(f"{env[b]}_inv"), self.names.fresh(f"{env[b]}_k")
+            self.emit(depth, f"{k} = {_RECIP_SCALE.format(d=env[b])}")
+            self.emit(depth, f"{inv} = np.float32(1.0) / ({env[b]} * {k})")
+            self.recip[b] = f"{inv} * {k}"
+
+    def fold_node(self, n: Fold, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
+        for e in n.shared:  # the values every term shares, into locals before its loops
+            if e not in env:
+                name = self.names.fresh(f"{st.name}_h")
+                self.emit(depth, f"{name} = {top(self.expr(e, env))}")
+                env[e] = name
+        if n.lanes > 1:
+            self.lane_reduction(depth, list(n.group), env, st.name, n.lanes)
+        else:
+            self.reduction(depth, list(n.group), env, st.name)
+
+    def store_node(self, n: Store, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
+        idx = [self.axis(a) for a in n.index]
+        self.emit(depth, f"{self.index(n.tensor, idx)} = {top(self.expr(n.value, env))}")
 
     def siblings(self, depth: int, stages: list[ComputeStage]) -> None:
         """Lanes reductions over the same loops (a SIBLINGS loop of fuse.py, written over the
@@ -188,17 +203,7 @@ class CPURender(CPUFold):
 
     def hoist_values(self, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
         """The stage's hoisted values and reciprocals into locals (named in `env`, `recip`)."""
-        cpu = st.cpu
-        for r in cpu.hoisted:
-            hint = self.tensor(r.tensor) + "_r" if isinstance(r, Read) else st.name + "_inv"
-            name = self.names.fresh(hint)
-            self.emit(depth, f"{name} = {self.expr(r, {})}")
-            env[r] = name
-        for b in cpu.reciprocals:
-            inv, k = self.names.fresh(f"{env[b]}_inv"), self.names.fresh(f"{env[b]}_k")
-            self.emit(depth, f"{k} = {_RECIP_SCALE.format(d=env[b])}")
-            self.emit(depth, f"{inv} = np.float32(1.0) / ({env[b]} * {k})")
-            self.recip[b] = f"{inv} * {k}"
+        self.hoist_node(Hoist(st.cpu.hoisted, st.cpu.reciprocals), depth, st, env)
 
     def hoist_fold(self, depth: int, st: ComputeStage, r: Reduce, env: dict[Expr, str]) -> None:
         """The values every term of `r` shares (plan: fold_hoisted) into locals before its loops."""
@@ -421,6 +426,9 @@ NEST_RULES: dict[LoopKind, Callable[[CPURender, Loop], None]] = {
     LoopKind.PRANGE: CPURender.prange,
     LoopKind.CHUNKS: CPURender.chunks,
 }
+# how each node of a stage's own loop nest (stageloops.py) is rendered
+NODE_RULES = {Par: CPURender.par_node, For: CPURender.for_node, Bind: CPURender.bind_node,
+              Hoist: CPURender.hoist_node, Fold: CPURender.fold_node, Store: CPURender.store_node}
 
 # x / d as (x * (1 / (d k))) * k with k a power of two, decided once per hoisted d: k = 1 unless
 # 1 / d is not a normal float32 (d subnormal: 1 / d overflows, 3e-39 / 1e-39 would be inf;

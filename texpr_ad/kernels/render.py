@@ -27,6 +27,7 @@ from ..te.printer import expr_str
 from ..te.tensor import ScatterUpdate, Tensor
 from ..te.visit import children, walk
 from ..schedule.plan import ComputeStage, Plan, ScatterStage, wide_sum
+from ..schedule.stageloops import reduce_groups
 
 KERNEL_NAME = "texpr_kernel"
 NEST_LIMIT = 24  # deeper subexpressions are bound to locals (Python's parser stops at 200 parens)
@@ -589,18 +590,6 @@ def _tree(e: Expr) -> Iterator[Expr]:
         x = stack.pop()
         yield x
         stack.extend(reversed(children(x)))
-
-
-def reduce_groups(bodies: Sequence[Expr]) -> list[list[Reduce]]:
-    """Reductions of a stage, grouped by shared loop (a tuple reducer's values share one)."""
-    groups: dict[tuple, list[Reduce]] = {}
-    for b in bodies:
-        for x in walk(b):
-            if isinstance(x, Reduce):
-                g = groups.setdefault(x.loop_key, [])
-                if all(y.value_index != x.value_index for y in g):
-                    g.append(x)
-    return list(groups.values())
 
 
 def describe_stage(st: ComputeStage, joined: bool = False) -> str:

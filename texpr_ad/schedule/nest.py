@@ -139,6 +139,3 @@ def compute_stage(op: ComputeOp, name: str, is_output: bool, expand: Expander,
                         fused, parallel, is_output, reduction_notes(bodies, op.axis),
                         expand.names_in(op.body), tuple(notes))
 
-
-# the old private spellings, still imported by schedule/cpu.py until its rewrite lands
-# (tests/guards/test_private_imports.py lists that import; drop these with it)

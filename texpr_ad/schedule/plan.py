@@ -23,6 +23,7 @@ from ..te.tensor import ScatterUpdate, Tensor, shape_str
 from ..te.visit import walk
 from .loopnest import Kind, Loop, Node, Place, StageRef, refs
 from .loopnest import lines as nest_lines
+from .stageloops import lines as stage_lines, stage_loops
 
 LONG_SUM = 4096  # a float16/float32 sum of more terms than this (or of a count unknown until
 #                  the call) accumulates wide: see `wide_sum`
@@ -509,10 +510,13 @@ def _stage_lines(s: Stage) -> list[str]:
             c = s.cpu
             if c.contraction is not None:
                 out = [head, f"  loops: none: {c.contraction.describe()}"]
-            else:
+            elif c.accumulate is not None:
                 out = [head, f"  loops: {_loops(s)}"]
+            else:
+                out = [head, "  loops:" + (" (serial)" if not s.parallel_axes else ""),
+                       *stage_lines(stage_loops(s))]
             out += [f"  reduction: {r}" for r in s.reduction] or ["  reduction: none"]
-            out += _cpu_lines(c)
+            out += _cpu_lines(c, scatter=False)
         case ScatterStage():
             head = (f"stage {s.name} [{role}, materialized] scatter-add into zeros"
                     f"{shape_str(s.shape)} {s.tensor.dtype}")
@@ -531,31 +535,11 @@ def _cpu_lines(c: CpuStagePlan, scatter: bool = False) -> list[str]:
     out = []
     if c.accumulate is not None:
         out.append(f"  accumulate: {c.accumulate.describe()}")
-    if c.split is not None:
-        sp = c.split
-        out.append(f"  split: {sp.axis.name} = {sp.factor} * {sp.hi.name} + {sp.lo.name}, "
-                   f"as the body reads it only through // and % by {sp.factor}")
-    if c.ranges is not None:
-        out.append(f"  index split: {c.ranges.describe()}")
-    if c.lanes > 1:
-        out.append(f"  lanes: the reduction accumulates with a reassociable add (max/min: "
-                   f"llvm.maximum/minimum, exact), which LLVM vectorizes into SIMD lanes "
-                   f"(sums regroup within float rounding)")
-    if c.hoisted and scatter and not c.block:
-        out.append(f"  hoisted: {'; '.join(expr_str(e) for e in c.hoisted)} (shared by the "
-                   f"updates: computed once per point before their stores, past which LLVM "
-                   f"would load and compute them again)")
-    elif c.hoisted:
-        out.append(f"  hoisted: {'; '.join(expr_str(e) for e in c.hoisted)} (loop-invariant: "
-                   f"computed once before the {'block' if c.block else 'serial'} loops, which "
-                   f"LLVM cannot do past stores)")
-    if c.fold_hoisted:
-        out.append(f"  hoisted out of its reduction loops: "
-                   f"{'; '.join(expr_str(e) for e in c.fold_hoisted)} (the same for every term)")
-    if c.reciprocals:
-        out.append(f"  reciprocal: float32 division by {', '.join(expr_str(e) for e in c.reciprocals)}"
-                   f" as a product with its reciprocal, computed once (within 1 ulp; scaled by "
-                   f"a power of two when 1/d is not normal)")
+    if c.hoisted and scatter:
+        out.append(f"  hoisted: {'; '.join(expr_str(e) for e in c.hoisted)} " + (
+            "(loop-invariant: computed once before the block loops, which LLVM cannot do past "
+            "stores)" if c.block else "(shared by the updates: computed once per point before "
+            "their stores, past which LLVM would load and compute them again)"))
     if c.zero is not Zeroing.SERIAL:
         out.append(f"  zeroed: {ZEROING[c.zero]}")
     if c.workspace:
