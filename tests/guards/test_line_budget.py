@@ -18,7 +18,7 @@ BUDGET = {
     "te": 2917,
     "deriv": 1767,
     "ops": 2700,
-    "schedule": 4380,
+    "schedule": 4440,
     "kernels": 3806,
     "relax_bridge": 3554,
     "report": 1465,

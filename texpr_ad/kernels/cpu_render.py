@@ -9,9 +9,10 @@ from typing import Callable, Sequence
 
 from ..schedule.checks import node_checks, plain
 from ..schedule.loopnest import Loop, LoopKind, Place, refs
-from ..schedule.plan import ComputeStage, ScatterStage, Zeroing, wide_sum
-from ..schedule.stageloops import (Bind, Fold, For, Hoist, Par, SNode, Store, inner_loops,
-                                   reduce_groups, stage_loops)
+from ..schedule.plan import ComputeStage, ScatterStage, Stage, Zeroing, wide_sum
+from ..schedule.stageloops import (Adds, Bind, Block, Blocks, Fold, For, Hoist, Indices, Let,
+                                   Par, SNode, Store, Zero, ZeroSlice, inner_loops, reduce_groups,
+                                   scatter_loops, stage_loops)
 from ..te.expr import Expr, IterVar, Read, Reduce, always, is_zero
 from ..te.visit import walk
 from .cpu_fold import LANE_STEP, CPUFold
@@ -102,7 +103,7 @@ class CPURender(CPUFold):
         self.recip = {}
         self.nodes(depth, inner_loops(st, serial), st, {})
 
-    def nodes(self, depth: int, nodes: Sequence[SNode], st: ComputeStage, env: dict[Expr, str]
+    def nodes(self, depth: int, nodes: Sequence[SNode], st: Stage, env: dict[Expr, str]
               ) -> None:
         """A stage's loop-nest tree (stageloops.py), each node by its rule in NODE_RULES."""
         for n in nodes:
@@ -137,12 +138,14 @@ class CPURender(CPUFold):
             self.emit(depth, f"{inv} = np.float32(1.0) / ({env[b]} * {k})")
             self.recip[b] = f"{inv} * {k}"
 
-    def fold_node(self, n: Fold, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
-        for e in n.shared:  # the values every term shares, into locals before its loops
+    def let_node(self, n: Let, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        for e in n.values:
             if e not in env:
-                name = self.names.fresh(f"{st.name}_h")
+                name = self.names.fresh(f"{st.name}_{n.tag}")
                 self.emit(depth, f"{name} = {top(self.expr(e, env))}")
                 env[e] = name
+
+    def fold_node(self, n: Fold, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
         if n.lanes > 1:
             self.lane_reduction(depth, list(n.group), env, st.name, n.lanes)
         else:
@@ -208,11 +211,7 @@ class CPURender(CPUFold):
     def hoist_fold(self, depth: int, st: ComputeStage, r: Reduce, env: dict[Expr, str]) -> None:
         """The values every term of `r` shares (plan: fold_hoisted) into locals before its loops."""
         mine = {x for s in r.source for x in walk(s)}
-        for e in st.cpu.fold_hoisted:
-            if e in mine and e not in env:
-                name = self.names.fresh(f"{st.name}_h")
-                self.emit(depth, f"{name} = {top(self.expr(e, env))}")
-                env[e] = name
+        self.let_node(Let(tuple(e for e in st.cpu.fold_hoisted if e in mine), "h"), depth, st, env)
 
     def row_and_fold(self, depth: int, e: ComputeStage, st: ComputeStage) -> None:
         """`e`'s row loop with `st`'s lanes reduction folded in: each element is stored, then
@@ -243,58 +242,59 @@ class CPURender(CPUFold):
                          f"{top(self.expr(st.bodies[0], env))}")
 
     def scatter(self, st: ScatterStage) -> None:
-        """Zero the target, then add each update over the loop nest.  A parallel scatter zeroes
-        in parallel: each iteration its own slice when that is whole contiguous sub-arrays (the
-        first touch of a fresh page by the thread that writes it), else a prange over dim 0."""
+        """The scatter's loop tree (stageloops.scatter_loops): its target zeroed, then its
+        updates over its loops."""
         self.emit(1, f"# stage {st.name}: scatter-add, {st.strategy}")
-        t, name = st.tensor, self.tensor(st.tensor)
-        block, zero = st.cpu.block, st.cpu.zero
-        own, split, fresh = (zero is z for z in (Zeroing.OWN_SLICES, Zeroing.CHUNKS, Zeroing.FRESH))
-        if id(t) not in self.ws and not fresh:  # (fresh: passed in zeroed)
-            alloc = "np.empty" if own or split else "np.zeros"
-            self.emit(1, f"{name} = {alloc}({self.shape(st.shape)}, dtype=np.{np_dtype(t.dtype)})")
-        elif not (own or split or fresh):
-            self.emit(1, f"{name}.fill(0)")
-        if split:  # in parallel chunks of ZERO_CHUNK elements of the flat array (a fill call
-            z, flat = self.names.fresh(f"{st.name}_z"), self.names.fresh(f"{st.name}_flat")
-            self.emit(1, f"{flat} = {name}.reshape(-1)")  # per row of 64 cost more than the row)
-            self.parallel_head(1, z, f"({flat}.size + {ZERO_CHUNK - 1}) // {ZERO_CHUNK}")
-            self.emit(2, f"{flat}[{z} * {ZERO_CHUNK}:({z} + 1) * {ZERO_CHUNK}] = 0")
-        depth, serial, bound = 1, st.order, {}
-        if st.parallel_axis is not None and block:
-            p, n = st.parallel_axis, int(st.parallel_axis.extent.value)  # type: ignore[attr-defined]
-            b = self.names.fresh(f"{st.name}_b")
-            self.parallel_head(1, b, str(-(-n // block)))
-            depth = 2
-            for a in st.order[1:]:
-                self.range_loop(depth, a, {})
-                depth += 1
-            bound = self.invariant_indices(depth, st)
-            self.emit(depth, f"for {self.axis(p)} in range({b} * {block}, "
-                             f"min({b} * {block} + {block}, {n})):")
-            depth += 1
-            serial = ()
-        elif st.parallel_axis is not None:
-            depth = self.parallel_nest(depth, st.order[:1], st.name)
-            serial = st.order[1:]
-            if own:
-                self.zero_slice(depth, st, self.axis(st.parallel_axis))
-        shared = () if block else st.cpu.hoisted  # (blocked: index dims, bound above)
-        for d, idx, value in self.scatter_updates(depth, st, serial, bound, shared):
-            self.emit(d, self.r.scatter_add.format(target=self.index(t, idx), value=value))
+        self.indices: dict[tuple[int, int], str] = {}  # (update, dim) -> its local (Indices)
+        self.nodes(1, scatter_loops(st), st, {})
 
-    def invariant_indices(self, depth: int, st: ScatterStage) -> dict[tuple[int, int], str]:
-        """The target index dims the plan hoists out of the block loop (`hoisted`: those of
-        unconditional updates that the loop does not change), each computed and checked once
-        before it, so the block loop vectorizes."""
-        bound: dict[tuple[int, int], str] = {}
+    def zero_node(self, n: Zero, depth: int, st: ScatterStage, env: dict[Expr, str]) -> None:
+        """A parallel scatter zeroes in parallel: each iteration its own slice when that is
+        whole contiguous sub-arrays (the first touch of a fresh page by the thread that writes
+        it), else in chunks of the flat array (a fill call per row of 64 cost more than the
+        row); a target of FRESH_BYTES comes zeroed."""
+        t, name = st.tensor, self.tensor(st.tensor)
+        own, split, fresh = (n.how is z for z in (Zeroing.OWN_SLICES, Zeroing.CHUNKS, Zeroing.FRESH))
+        if id(t) not in self.ws and not fresh:
+            alloc = "np.empty" if own or split else "np.zeros"
+            self.emit(depth, f"{name} = {alloc}({self.shape(st.shape)}, dtype=np.{np_dtype(t.dtype)})")
+        elif not (own or split or fresh):
+            self.emit(depth, f"{name}.fill(0)")
+        if split:
+            z, flat = self.names.fresh(f"{st.name}_z"), self.names.fresh(f"{st.name}_flat")
+            self.emit(depth, f"{flat} = {name}.reshape(-1)")
+            self.parallel_head(depth, z, f"({flat}.size + {ZERO_CHUNK - 1}) // {ZERO_CHUNK}")
+            self.emit(depth + 1, f"{flat}[{z} * {ZERO_CHUNK}:({z} + 1) * {ZERO_CHUNK}] = 0")
+
+    def zero_slice_node(self, n: ZeroSlice, depth: int, st: ScatterStage, env: dict[Expr, str]
+                        ) -> None:
+        self.zero_slice(depth, st, self.axis(st.parallel_axis))  # type: ignore[arg-type]
+
+    def blocks_node(self, n: Blocks, depth: int, st: ScatterStage, env: dict[Expr, str]) -> None:
+        b = self.names.fresh(f"{st.name}_b")
+        self.parallel_head(depth, b, str(-(-int(n.axis.extent.value) // n.size)))  # type: ignore[attr-defined]
+        self.blocks = (b, n)  # for the Block inside
+        self.nodes(depth + 1, n.body, st, env)
+
+    def block_node(self, n: Block, depth: int, st: ScatterStage, env: dict[Expr, str]) -> None:
+        b, bl = self.blocks
+        self.emit(depth, f"for {self.axis(n.axis)} in range({b} * {bl.size}, "
+                         f"min({b} * {bl.size} + {bl.size}, {bl.axis.extent.value})):")  # type: ignore[attr-defined]
+        self.nodes(depth + 1, n.body, st, env)
+
+    def indices_node(self, n: Indices, depth: int, st: ScatterStage, env: dict[Expr, str]) -> None:
+        """The target index dims of unconditional updates that the block loop does not change,
+        each computed and checked once before it, so the block loop vectorizes."""
         for k, u in enumerate(st.updates):
             for d, i in enumerate(u.index):
-                if d != st.parallel_dim and always(u.condition) and i in st.cpu.hoisted:
+                if d != st.parallel_dim and always(u.condition) and i in n.dims:
                     name = self.names.fresh(f"{st.name}_i{d}")
                     self.emit(depth, f"{name} = {self.scatter_index(st, u, d)}")
-                    bound[k, d] = name
-        return bound
+                    self.indices[k, d] = name
+
+    def adds_node(self, n: Adds, depth: int, st: ScatterStage, env: dict[Expr, str]) -> None:
+        for d, idx, value in self.scatter_updates(depth, st, (), self.indices, env):
+            self.emit(d, self.r.scatter_add.format(target=self.index(st.tensor, idx), value=value))
 
     def zero_slice(self, depth: int, st: ScatterStage, var: str) -> None:
         """`target[..., var].fill(0)`, looping over the dims before the parallel one."""
@@ -428,7 +428,11 @@ NEST_RULES: dict[LoopKind, Callable[[CPURender, Loop], None]] = {
 }
 # how each node of a stage's own loop nest (stageloops.py) is rendered
 NODE_RULES = {Par: CPURender.par_node, For: CPURender.for_node, Bind: CPURender.bind_node,
-              Hoist: CPURender.hoist_node, Fold: CPURender.fold_node, Store: CPURender.store_node}
+              Hoist: CPURender.hoist_node, Let: CPURender.let_node, Fold: CPURender.fold_node,
+              Store: CPURender.store_node, Zero: CPURender.zero_node,
+              ZeroSlice: CPURender.zero_slice_node, Blocks: CPURender.blocks_node,
+              Block: CPURender.block_node, Indices: CPURender.indices_node,
+              Adds: CPURender.adds_node}
 
 # x / d as (x * (1 / (d k))) * k with k a power of two, decided once per hoisted d: k = 1 unless
 # 1 / d is not a normal float32 (d subnormal: 1 / d overflows, 3e-39 / 1e-39 would be inf;

@@ -460,19 +460,16 @@ class RenderPass:
 
     def scatter_updates(self, depth: int, st: ScatterStage, serial: Sequence[IterVar],
                         bound: dict[tuple[int, int], str] | None = None,
-                        shared: Sequence[Expr] = ()) -> Iterator[tuple[int, list[str], str]]:
-        """Emit the serial loops of a scatter, then the values the updates `shared` (into
-        locals, in order), then for each update its condition; yield (depth, target index,
-        value) for the caller to emit the addition.  Index dims are checked unless they are the
-        injective parallel axis or a plain loop variable; `bound` holds (update, dim) indices
-        already computed (and checked) outside the loops."""
+                        env: dict[Expr, str] | None = None) -> Iterator[tuple[int, list[str], str]]:
+        """Emit the serial loops of a scatter, then for each update its condition; yield
+        (depth, target index, value) for the caller to emit the addition.  Index dims are
+        checked unless they are the injective parallel axis or a plain loop variable; `bound`
+        holds (update, dim) indices already computed (and checked) outside the loops; `env`,
+        values computed into locals before them."""
         for a in serial:
             self.range_loop(depth, a, {})
             depth += 1
-        env: dict[Expr, str] = {}
-        for e in shared:
-            src, env[e] = top(self.expr(e, env)), self.names.fresh(f"{st.name}_s")
-            self.emit(depth, f"{env[e]} = {src}")
+        env = env if env is not None else {}
         for k, u in enumerate(st.updates):
             d0 = depth
             if not always(u.condition):

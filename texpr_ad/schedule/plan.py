@@ -23,7 +23,8 @@ from ..te.tensor import ScatterUpdate, Tensor, shape_str
 from ..te.visit import walk
 from .loopnest import Kind, Loop, Node, Place, StageRef, refs
 from .loopnest import lines as nest_lines
-from .stageloops import lines as stage_lines, stage_loops
+from .stageloops import Zeroing, scatter_loops, stage_loops
+from .stageloops import lines as stage_lines
 
 LONG_SUM = 4096  # a float16/float32 sum of more terms than this (or of a count unknown until
 #                  the call) accumulates wide: see `wide_sum`
@@ -225,15 +226,6 @@ class StageKind(Kind):
 
     COMPUTE = "compute"
     SCATTER = "scatter"
-
-
-class Zeroing(Kind):
-    """How a CPU scatter's target is zeroed before its updates (schedule/cpu_scatter.zeroing)."""
-
-    SERIAL = "serial"  # np.zeros (a workspace: fill(0)) before the loops; the others: ZEROING
-    OWN_SLICES = "own slices"
-    CHUNKS = "chunks"
-    FRESH = "fresh"
 
 
 class CudaStrategy(Kind):
@@ -516,45 +508,29 @@ def _stage_lines(s: Stage) -> list[str]:
                 out = [head, "  loops:" + (" (serial)" if not s.parallel_axes else ""),
                        *stage_lines(stage_loops(s))]
             out += [f"  reduction: {r}" for r in s.reduction] or ["  reduction: none"]
-            out += _cpu_lines(c, scatter=False)
+            out += _cpu_lines(c)
         case ScatterStage():
             head = (f"stage {s.name} [{role}, materialized] scatter-add into zeros"
                     f"{shape_str(s.shape)} {s.tensor.dtype}")
             idx = "; ".join("[" + ", ".join(expr_str(i) for i in u.index) + "]" for u in s.updates)
-            loops = " > ".join(a.name for a in s.order) or "(single point)"
-            out = [head, f"  loops: {loops}; target index {idx}", f"  scatter: {s.strategy}"]
-            out += _cpu_lines(s.cpu, scatter=True)
+            out = [head, f"  target index {idx}", f"  scatter: {s.strategy}", "  loops:",
+                   *stage_lines(scatter_loops(s))]
+            out += _cpu_lines(s.cpu)
     if s.inlined:
         out.append(f"  inlined: {', '.join(s.inlined)}")
     out += [f"  note: {n}" for n in s.notes]
     return out
 
 
-def _cpu_lines(c: CpuStagePlan, scatter: bool = False) -> list[str]:
-    """The CPU decisions of a stage, one line each with its reason."""
+def _cpu_lines(c: CpuStagePlan) -> list[str]:
+    """The CPU decisions of a stage outside its loop tree, one line each with its reason."""
     out = []
     if c.accumulate is not None:
         out.append(f"  accumulate: {c.accumulate.describe()}")
-    if c.hoisted and scatter:
-        out.append(f"  hoisted: {'; '.join(expr_str(e) for e in c.hoisted)} " + (
-            "(loop-invariant: computed once before the block loops, which LLVM cannot do past "
-            "stores)" if c.block else "(shared by the updates: computed once per point before "
-            "their stores, past which LLVM would load and compute them again)"))
-    if c.zero is not Zeroing.SERIAL:
-        out.append(f"  zeroed: {ZEROING[c.zero]}")
     if c.workspace:
         out.append(f"  workspace: {', '.join(t.name for t in c.workspace)} (at least 1 MiB or "
                    f"sized at the call: allocated once per thread, reused by later calls)")
     return out
-
-
-ZEROING = {Zeroing.OWN_SLICES: "the target in parallel, each prange iteration its own slice "
-                               "(whole sub-arrays; pages first touched by the thread that writes "
-                               "them)",
-           Zeroing.CHUNKS: "the target in parallel, in chunks of the flat array (the slices are "
-                           "not whole sub-arrays)",
-           Zeroing.FRESH: "np.zeros by the caller (32 MiB or more: fresh pages, which the OS "
-                          "zeroes when first touched; only those the updates touch are written)"}
 
 
 def _loops(s: ComputeStage) -> str:

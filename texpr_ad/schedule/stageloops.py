@@ -22,8 +22,28 @@ from ..te.printer import expr_str
 from ..te.tensor import Tensor
 from ..te.visit import walk
 
+from .loopnest import Kind
+
 if TYPE_CHECKING:  # (plan.py prints these trees)
-    from .plan import ComputeStage, Split
+    from .plan import ComputeStage, ScatterStage, Split
+
+
+class Zeroing(Kind):
+    """How a CPU scatter's target is zeroed before its updates (schedule/cpu_scatter.zeroing)."""
+
+    SERIAL = "serial"  # np.zeros (a workspace: fill(0)) before the loops; the others: ZEROING
+    OWN_SLICES = "own slices"
+    CHUNKS = "chunks"
+    FRESH = "fresh"
+
+
+ZEROING = {Zeroing.OWN_SLICES: "the target in parallel, each prange iteration its own slice "
+                               "(whole sub-arrays; pages first touched by the thread that writes "
+                               "them)",
+           Zeroing.CHUNKS: "the target in parallel, in chunks of the flat array (the slices are "
+                           "not whole sub-arrays)",
+           Zeroing.FRESH: "np.zeros by the caller (32 MiB or more: fresh pages, which the OS "
+                          "zeroes when first touched; only those the updates touch are written)"}
 
 
 @dataclass(frozen=True)
@@ -60,14 +80,22 @@ class Hoist:
 
 
 @dataclass(frozen=True)
+class Let:
+    """Values computed once into locals (`{stage}_{tag}`), each free to use the ones before:
+    `tag` "h", what every term of the next fold shares; "s", what every update of a scatter
+    computes from the same loads at a point."""
+
+    values: tuple[Expr, ...]
+    tag: str
+
+
+@dataclass(frozen=True)
 class Fold:
     """One reduction (every value of a tuple reducer) folded into local accumulators over its
-    own loops; `lanes` > 1: stepped so LLVM vectorizes it; `shared`: values every term
-    shares, computed once before its loops."""
+    own loops; `lanes` > 1: stepped so LLVM vectorizes it."""
 
     group: tuple[Reduce, ...]
     lanes: int
-    shared: tuple[Expr, ...]
 
 
 @dataclass(frozen=True)
@@ -79,7 +107,52 @@ class Store:
     value: Expr
 
 
-SNode = Par | For | Bind | Hoist | Fold | Store
+@dataclass(frozen=True)
+class Zero:
+    """A scatter's target zeroed before its updates, as `how` (plan.Zeroing) says; OWN_SLICES
+    also by a `ZeroSlice` at the start of each prange iteration."""
+
+    how: Zeroing
+
+
+@dataclass(frozen=True)
+class ZeroSlice:
+    """The slice of a scatter's target that this prange iteration owns, zeroed."""
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """A prange over blocks of `size` values of `axis` (a scatter's parallel axis, its target's
+    last dim); a `Block` inside runs one block."""
+
+    axis: IterVar
+    size: int
+    body: tuple[SNode, ...]
+
+
+@dataclass(frozen=True)
+class Block:
+    """The loop over the values of `axis` in the enclosing `Blocks`' block."""
+
+    axis: IterVar
+    body: tuple[SNode, ...]
+
+
+@dataclass(frozen=True)
+class Indices:
+    """The target index dims of the unconditional updates that the block loop below does not
+    change (`dims`), computed and checked once before it."""
+
+    dims: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Adds:
+    """Each update of the scatter, in order: its condition, then `target[index] += value`."""
+
+
+SNode = Par | For | Bind | Hoist | Let | Fold | Store | Zero | ZeroSlice | Blocks | Block | \
+    Indices | Adds
 
 
 def reduce_groups(bodies: Sequence[Expr]) -> list[list[Reduce]]:
@@ -106,10 +179,11 @@ def inner_loops(st: ComputeStage, serial: Sequence[IterVar]) -> tuple[SNode, ...
     """The hoisted values, then the serial loops `serial` of `st` (a split axis as its two
     loops; with ranges, the innermost as one loop per range), its folds and its stores."""
     c = st.cpu
-    folds: tuple[SNode, ...] = tuple(
-        Fold(tuple(g), c.lanes, tuple(e for e in c.fold_hoisted if e in
-                                      {x for s in g[0].source for x in walk(s)}))
-        for g in reduce_groups(st.bodies))
+    folds: tuple[SNode, ...] = ()
+    for g in reduce_groups(st.bodies):
+        mine = {x for s in g[0].source for x in walk(s)}
+        shared = tuple(e for e in c.fold_hoisted if e in mine)
+        folds += (*((Let(shared, "h"),) if shared else ()), Fold(tuple(g), c.lanes))
     if c.ranges is not None:
         rs = c.ranges
         stores: tuple[SNode, ...] = tuple(
@@ -133,6 +207,27 @@ def inner_loops(st: ComputeStage, serial: Sequence[IterVar]) -> tuple[SNode, ...
     return (*hoist, *body)
 
 
+def scatter_loops(st: ScatterStage) -> tuple[SNode, ...]:
+    """The loop nest of a scatter: its target zeroed, then its loops (a prange over its
+    parallel axis, or over blocks of it; serial otherwise) and its updates."""
+    c, p = st.cpu, st.parallel_axis
+    shared: tuple[SNode, ...] = (Let(c.hoisted, "s"),) if c.hoisted and not c.block else ()
+    adds: tuple[SNode, ...] = (Adds(),)
+    if p is not None and c.block:
+        return (Zero(c.zero), Blocks(p, c.block, _nest(st.order[1:], (
+            Indices(c.hoisted), Block(p, adds)))))
+    if p is not None:
+        own = (ZeroSlice(),) if c.zero is Zeroing.OWN_SLICES else ()
+        return (Zero(c.zero), Par(st.order[:1], (*own, *_nest(st.order[1:], (*shared, *adds)))))
+    return (Zero(c.zero), *_nest(st.order, (*shared, *adds)))
+
+
+def _nest(axes: Sequence[IterVar], body: tuple[SNode, ...]) -> tuple[SNode, ...]:
+    for a in reversed(axes):
+        body = (For(a, body),)
+    return body
+
+
 def _stores(st: ComputeStage, bodies: Sequence[Expr], at: dict[IterVar, IterVar]
             ) -> tuple[SNode, ...]:
     return tuple(Store(t, tuple(at.get(a, a) for a in st.axes), b)
@@ -141,6 +236,11 @@ def _stores(st: ComputeStage, bodies: Sequence[Expr], at: dict[IterVar, IterVar]
 
 LANES = ("stepped with a reassociable add (max/min: llvm.maximum/minimum, exact), which LLVM "
          "vectorizes into SIMD lanes (sums regroup within float rounding)")
+
+
+LETS = {"h": "the same for every term",
+        "s": "shared by the updates: computed once per point before their stores, past which "
+             "LLVM would load and compute them again"}
 
 
 def _range(a: IterVar) -> str:
@@ -177,15 +277,32 @@ def lines(nodes: Sequence[SNode], depth: int = 2) -> list[str]:
                                f"{', '.join(map(expr_str, n.reciprocals))} as a product with its "
                                f"reciprocal, computed once (within 1 ulp; scaled by a power of "
                                f"two when 1/d is not normal)")
+            case Let():
+                out.append(f"{pad}hoisted" + (" out of its reduction loops" if n.tag == "h" else "")
+                           + f": {'; '.join(map(expr_str, n.values))} ({LETS[n.tag]})")
             case Fold():
                 r = n.group[0]
                 kind = (str(r.combiner.kind) if r.combiner.kind is not ReduceKind.CUSTOM
                         else f"custom {r.combiner.name!r}")
                 out.append(f"{pad}fold {kind} over {', '.join(a.name for a in r.axis)}"
                            + (f": {LANES}" if n.lanes > 1 else ""))
-                if n.shared:
-                    out.append(f"{pad}  hoisted out of its reduction loops: "
-                               f"{'; '.join(map(expr_str, n.shared))} (the same for every term)")
+            case Zero():
+                out.append(f"{pad}zeroed: {ZEROING.get(n.how, 'np.zeros before the loops')}")
+            case ZeroSlice():
+                out.append(f"{pad}zero the target's slice that this iteration owns")
+            case Blocks():
+                out.append(f"{pad}prange(blocks of {n.size} {n.axis.name}): blocks write disjoint "
+                           f"elements; the other loops inside, the block innermost (contiguous)")
+                out += lines(n.body, depth + 1)
+            case Block():
+                out.append(f"{pad}for {n.axis.name} in its block")
+                out += lines(n.body, depth + 1)
+            case Indices():
+                out.append(f"{pad}hoisted: {'; '.join(map(expr_str, n.dims))} (loop-invariant: "
+                           f"computed once before the block loops, which LLVM cannot do past "
+                           f"stores)")
+            case Adds():
+                out.append(f"{pad}target[index] += value for each update, under its condition")
             case Store():
                 out.append(f"{pad}store {n.tensor.name}[{', '.join(a.name for a in n.index)}]")
     return out
