@@ -21,9 +21,9 @@ from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, ReduceKind, Var
 from ..te.printer import expr_str
 from ..te.tensor import ScatterUpdate, Tensor, shape_str
 from ..te.visit import walk
-from .loopnest import Kind, Loop, Node, Place, StageRef, refs
+from .loopnest import Kind, Loop, LoopKind, Node, Place, StageRef, refs
 from .loopnest import lines as nest_lines
-from .stageloops import Zeroing, scatter_loops, stage_loops
+from .stageloops import Zeroing, inner_loops, scatter_loops, stage_loops
 from .stageloops import lines as stage_lines
 
 LONG_SUM = 4096  # a float16/float32 sum of more terms than this (or of a count unknown until
@@ -477,10 +477,12 @@ class Plan:
                  f"  symbolic dims (bound from input shapes): "
                  f"{', '.join(v.name for v in self.params) or '-'}",
                  f"  accumulation: {self.accumulation}"]
-        if self.nest:
-            lines += ["", "loops shared by stages:", *nest_lines(self.nest)]
+        cpu = self.target != "cuda"  # (a CUDA plan's loops: each stage's strategy)
+        if cpu:
+            lines += ["", "loop nest (the loops stages share, with each stage's own beneath it):",
+                      *nest_lines(self.tree, below=self._own_lines)]
         for s in self.stages:
-            lines += ["", *_stage_lines(s)]
+            lines += ["", *_stage_lines(s, cpu)]
         checked = [x for name, c in self.checks.items() for x in c.lines(name)]
         if checked:
             lines += ["", "run-time bounds checks (reads te.bounds cannot prove in range):", *checked]
@@ -491,8 +493,22 @@ class Plan:
 
     __repr__ = __str__
 
+    def _own_lines(self, ref: StageRef, inside: Loop | None, depth: int) -> list[str]:
+        """Stage `ref`'s own loops in the plan's tree (`inside` the shared loop it runs in):
+        a member of a prange runs its serial loops in it; the other shared loops fold their
+        members together (their reasons say how)."""
+        s, pad = self.stage(ref.name), "  " * depth
+        if isinstance(s, ScatterStage):
+            return stage_lines(scatter_loops(s), depth)
+        if s.cpu.contraction is not None or s.cpu.accumulate is not None:
+            return [] if inside else [f"{pad}{_loops(s)}"]
+        if inside is None:
+            return stage_lines(stage_loops(s), depth)
+        return stage_lines(inner_loops(s, s.order[s.fused:]), depth) \
+            if inside.kind is LoopKind.PRANGE else []
 
-def _stage_lines(s: Stage) -> list[str]:
+
+def _stage_lines(s: Stage, cpu: bool) -> list[str]:
     role = "output" if s.is_output else "intermediate"
     match s:
         case ComputeStage():
@@ -500,21 +516,14 @@ def _stage_lines(s: Stage) -> list[str]:
             head = (f"stage {s.name} [{role}, materialized] compute {shape} "
                     + ", ".join(b.dtype for b in s.bodies))
             c = s.cpu
-            if c.contraction is not None:
-                out = [head, f"  loops: none: {c.contraction.describe()}"]
-            elif c.accumulate is not None:
-                out = [head, f"  loops: {_loops(s)}"]
-            else:
-                out = [head, "  loops:" + (" (serial)" if not s.parallel_axes else ""),
-                       *stage_lines(stage_loops(s))]
+            out = [head, *([] if cpu else [f"  loops: {_loops(s)}"])]
             out += [f"  reduction: {r}" for r in s.reduction] or ["  reduction: none"]
             out += _cpu_lines(c)
         case ScatterStage():
             head = (f"stage {s.name} [{role}, materialized] scatter-add into zeros"
                     f"{shape_str(s.shape)} {s.tensor.dtype}")
             idx = "; ".join("[" + ", ".join(expr_str(i) for i in u.index) + "]" for u in s.updates)
-            out = [head, f"  target index {idx}", f"  scatter: {s.strategy}", "  loops:",
-                   *stage_lines(scatter_loops(s))]
+            out = [head, f"  target index {idx}", f"  scatter: {s.strategy}"]
             out += _cpu_lines(s.cpu)
     if s.inlined:
         out.append(f"  inlined: {', '.join(s.inlined)}")
@@ -534,6 +543,8 @@ def _cpu_lines(c: CpuStagePlan) -> list[str]:
 
 
 def _loops(s: ComputeStage) -> str:
+    if s.cpu.contraction is not None:
+        return f"none: {s.cpu.contraction.describe()}"
     acc = s.cpu.accumulate
     if acc is not None and acc.split is not None:
         names = " > ".join(a.name for a in s.order) or "(single point)"

@@ -13,7 +13,7 @@ lowered from the refine step's decisions (`CpuStagePlan`: split, ranges, lanes, 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..te.expr import Call, Expr, IterVar, Reduce, ReduceKind
 from ..te.ops import Op
@@ -234,75 +234,62 @@ def _stores(st: ComputeStage, bodies: Sequence[Expr], at: dict[IterVar, IterVar]
                  for t, b in zip(st.tensors, bodies, strict=True) if t is not None)
 
 
-LANES = ("stepped with a reassociable add (max/min: llvm.maximum/minimum, exact), which LLVM "
-         "vectorizes into SIMD lanes (sums regroup within float rounding)")
-
-
-LETS = {"h": "the same for every term",
-        "s": "shared by the updates: computed once per point before their stores, past which "
-             "LLVM would load and compute them again"}
-
-
 def _range(a: IterVar) -> str:
     hi = a.extent.args[0] if isinstance(a.extent, Call) and a.extent.op is Op.SUB and \
         a.extent.args[1].same_as(a.lo) else simplify(a.lo + a.extent)
     return f"[{expr_str(a.lo)}, {expr_str(hi)})"
 
 
+def _exprs(es: Sequence[Expr], sep: str = "; ") -> str:
+    return sep.join(map(expr_str, es))
+
+
+def _invariant(es: Sequence[Expr], loops: str) -> list[str]:
+    return [f"hoisted: {_exprs(es)} (loop-invariant: computed once before the {loops} loops, "
+            f"which LLVM cannot do past stores)"] if es else []
+
+
+def _fold(n: Fold) -> str:
+    r = n.group[0]
+    kind = str(r.combiner.kind) if r.combiner.kind is not ReduceKind.CUSTOM else \
+        f"custom {r.combiner.name!r}"
+    return f"fold {kind} over {', '.join(a.name for a in r.axis)}" + (
+        ": stepped with a reassociable add (max/min: llvm.maximum/minimum, exact), which LLVM "
+        "vectorizes into SIMD lanes (sums regroup within float rounding)" if n.lanes > 1 else "")
+
+
+LETS = {"h": "hoisted out of its reduction loops: {} (the same for every term)",
+        "s": "hoisted: {} (shared by the updates: computed once per point before their stores, "
+             "past which LLVM would load and compute them again)"}
+# each node's own line(s), with its reason; `lines` prints a node's body beneath it
+LINES: dict[type, Callable[[Any], list[str]]] = {
+    Par: lambda n: [f"prange({'' if len(n.axes) == 1 else 'fused '}"
+                    f"{' * '.join(a.name for a in n.axes)}): the leading axes, one parallel loop "
+                    f"(distinct points write distinct elements)"],
+    For: lambda n: [f"for {n.axis.name} in {_range(n.axis)}" + (f": {n.why}" if n.why else "")],
+    Bind: lambda n: [f"{n.split.axis.name} = {n.split.factor} * {n.split.hi.name} + "
+                     f"{n.split.lo.name}"],
+    Hoist: lambda n: _invariant(n.values, "serial") + [
+        f"reciprocal: float32 division by {_exprs(n.reciprocals, ', ')} as a product with its "
+        f"reciprocal, computed once (within 1 ulp; scaled by a power of two when 1/d is not "
+        f"normal)"] * bool(n.reciprocals),
+    Let: lambda n: [LETS[n.tag].format(_exprs(n.values))],
+    Fold: lambda n: [_fold(n)],
+    Store: lambda n: [f"store {n.tensor.name}[{', '.join(a.name for a in n.index)}]"],
+    Zero: lambda n: [f"zeroed: {ZEROING.get(n.how, 'np.zeros before the loops')}"],
+    ZeroSlice: lambda n: ["zero the target's slice that this iteration owns"],
+    Blocks: lambda n: [f"prange(blocks of {n.size} {n.axis.name}): blocks write disjoint "
+                       f"elements; the other loops inside, the block innermost (contiguous)"],
+    Block: lambda n: [f"for {n.axis.name} in its block"],
+    Indices: lambda n: _invariant(n.dims, "block"),
+    Adds: lambda n: ["target[index] += value for each update, under its condition"],
+}
+
+
 def lines(nodes: Sequence[SNode], depth: int = 2) -> list[str]:
-    """The tree, one node a line (a Hoist: one per kind), indented by depth, with reasons."""
-    out, pad = [], "  " * depth
+    """The tree, a node's lines (`LINES`) indented by depth, its body beneath them."""
+    out = []
     for n in nodes:
-        match n:
-            case Par():
-                names = " * ".join(a.name for a in n.axes)
-                out.append(f"{pad}prange({names if len(n.axes) == 1 else 'fused ' + names}): the "
-                           f"leading axes, one parallel loop (distinct points write distinct "
-                           f"elements)")
-                out += lines(n.body, depth + 1)
-            case For():
-                out.append(f"{pad}for {n.axis.name} in {_range(n.axis)}" + (f": {n.why}" if n.why
-                                                                           else ""))
-                out += lines(n.body, depth + 1)
-            case Bind():
-                out.append(f"{pad}{n.split.axis.name} = {n.split.factor} * {n.split.hi.name} + "
-                           f"{n.split.lo.name}")
-            case Hoist():
-                if n.values:
-                    out.append(f"{pad}hoisted: {'; '.join(map(expr_str, n.values))} "
-                               f"(loop-invariant: computed once before the serial loops, which "
-                               f"LLVM cannot do past stores)")
-                if n.reciprocals:
-                    out.append(f"{pad}reciprocal: float32 division by "
-                               f"{', '.join(map(expr_str, n.reciprocals))} as a product with its "
-                               f"reciprocal, computed once (within 1 ulp; scaled by a power of "
-                               f"two when 1/d is not normal)")
-            case Let():
-                out.append(f"{pad}hoisted" + (" out of its reduction loops" if n.tag == "h" else "")
-                           + f": {'; '.join(map(expr_str, n.values))} ({LETS[n.tag]})")
-            case Fold():
-                r = n.group[0]
-                kind = (str(r.combiner.kind) if r.combiner.kind is not ReduceKind.CUSTOM
-                        else f"custom {r.combiner.name!r}")
-                out.append(f"{pad}fold {kind} over {', '.join(a.name for a in r.axis)}"
-                           + (f": {LANES}" if n.lanes > 1 else ""))
-            case Zero():
-                out.append(f"{pad}zeroed: {ZEROING.get(n.how, 'np.zeros before the loops')}")
-            case ZeroSlice():
-                out.append(f"{pad}zero the target's slice that this iteration owns")
-            case Blocks():
-                out.append(f"{pad}prange(blocks of {n.size} {n.axis.name}): blocks write disjoint "
-                           f"elements; the other loops inside, the block innermost (contiguous)")
-                out += lines(n.body, depth + 1)
-            case Block():
-                out.append(f"{pad}for {n.axis.name} in its block")
-                out += lines(n.body, depth + 1)
-            case Indices():
-                out.append(f"{pad}hoisted: {'; '.join(map(expr_str, n.dims))} (loop-invariant: "
-                           f"computed once before the block loops, which LLVM cannot do past "
-                           f"stores)")
-            case Adds():
-                out.append(f"{pad}target[index] += value for each update, under its condition")
-            case Store():
-                out.append(f"{pad}store {n.tensor.name}[{', '.join(a.name for a in n.index)}]")
+        out += ["  " * depth + x for x in LINES[type(n)](n)]
+        out += lines(getattr(n, "body", ()), depth + 1)
     return out
