@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from ..schedule.checks import node_checks, plain
-from ..schedule.loopnest import Loop, LoopKind, Place, refs
+from ..schedule.loopnest import Loop, LoopKind, refs
+from ..schedule.lower import Alloc, KNode, Member, Opaque, Scope, Shared, kernel_nodes
 from ..schedule.plan import ComputeStage, ScatterStage, Stage, Zeroing, wide_sum
 from ..schedule.stageloops import (Adds, Bind, Block, Blocks, Fold, For, Hoist, Indices, Let,
                                    Par, SNode, Store, Zero, ZeroSlice, inner_loops, reduce_groups,
@@ -36,12 +37,7 @@ class CPURender(CPUFold):
             c = p.checks.get(st.name) or node_checks(group, plain(group))  # (a plan made by hand)
             self.unproven, self.hoist, self.hoisted = c.unproven, c.at_entry, set()
             first_site = len(self.sites)
-            if isinstance(node, Loop):
-                NEST_RULES[node.kind](self, node)
-            elif isinstance(st, ComputeStage):
-                self.compute(st)
-            else:
-                self.scatter(st)
+            self.nodes(1, kernel_nodes(p, node), st, {})
             for s in range(first_site, len(self.sites)):
                 self.emit(1, f"if {ERR_NAME}[{3 * s}] != 0:")
                 self.emit(2, f"raise IndexError({self.sites[s]!r}, {ERR_NAME}[{3 * s + 1}], "
@@ -72,17 +68,56 @@ class CPURender(CPUFold):
         return "\n".join(out) + "\n"
 
     # -- compute stages -------------------------------------------------------------------------
-    def compute(self, st: ComputeStage) -> None:
-        self.emit(1, f"# stage {st.name}: {describe_stage(st)}")
-        self.allocate(1, st, st.axes)
-        if st.cpu.contraction is not None:
-            self.contraction(st)
+    def alloc_node(self, n: Alloc, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        """A stage's heading comment and its arrays (a row buffer's: in its `Member`)."""
+        st = self.plan.stage(n.stage)
+        self.scope = st.name
+        if isinstance(st, ScatterStage):
+            self.emit(depth, f"# stage {st.name}: scatter-add, {st.strategy}")
+            self.indices: dict[tuple[int, int], str] = {}  # (update, dim) -> its local (Indices)
             return
-        if st.cpu.accumulate is not None:
-            self.accumulate(st)
-            return
+        self.emit(depth, f"# stage {st.name}: {describe_stage(st, n.joined)}")
+        if n.row_buffer:
+            dims = tuple(st.axes.index(a) for a in st.parallel_axes)
+            self.row_dim.update({id(t): dims for t in st.tensors if t is not None})
+        else:
+            self.allocate(depth, st, st.axes)
+
+    def scope_node(self, n: Scope, depth: int, st: Stage, env: dict[Expr, str]) -> None:
         self.recip = {}
-        self.nodes(1, stage_loops(st), st, {})
+        self.nodes(depth, n.body, self.plan.stage(n.stage), {})
+
+    def shared_node(self, n: Shared, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        """One prange over the first member's parallel axes; each `Member` binds its own."""
+        first = self.plan.stage(n.body[0].stages[0])
+        assert isinstance(first, ComputeStage)
+        self.shared = self.names.fresh(f"{first.name}_p")
+        self.parallel_head(depth, self.shared, " * ".join(top(self.expr(a.extent, {}))
+                                                          for a in first.parallel_axes))
+        self.nodes(depth + 1, n.body, first, {})
+
+    def member_node(self, n: Member, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        """Row buffers allocated in the prange, the parallel axes bound from its index."""
+        for name, row in zip(n.stages, n.rows, strict=True):
+            st = self.plan.stage(name)
+            assert isinstance(st, ComputeStage)
+            self.scope = name
+            if row:
+                self.allocate(depth, st, [a for a in st.axes if a not in st.parallel_axes])
+        assert isinstance(st, ComputeStage)
+        if st.fused > 1:
+            self.emit(depth, f"# stage {', '.join(n.stages)}")
+            self.unflatten(depth, self.shared, st.parallel_axes)
+        else:
+            self.emit(depth, f"{self.axis(st.order[0])} = {self.shared}  # stage "
+                             f"{', '.join(n.stages)}")
+        self.recip = {}
+        self.nodes(depth, n.body, st, {})
+
+    def opaque_node(self, n: Opaque, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        """A contraction, an accumulation, or stages folding together: one routine each."""
+        group = [self.plan.stage(s) for s in n.stages]
+        OPAQUE_RULES[n.kind](self, n, group, depth)
 
     def allocate(self, depth: int, st: ComputeStage, axes: Sequence[IterVar]) -> None:
         """`np.empty` for the stage's tensors (a workspace argument needs none; a tensor written
@@ -103,7 +138,7 @@ class CPURender(CPUFold):
         self.recip = {}
         self.nodes(depth, inner_loops(st, serial), st, {})
 
-    def nodes(self, depth: int, nodes: Sequence[SNode], st: Stage, env: dict[Expr, str]
+    def nodes(self, depth: int, nodes: Sequence[SNode | KNode], st: Stage, env: dict[Expr, str]
               ) -> None:
         """A stage's loop-nest tree (stageloops.py), each node by its rule in NODE_RULES."""
         for n in nodes:
@@ -241,13 +276,6 @@ class CPURender(CPUFold):
         self.emit(depth, f"{self.index(out, [self.axis(a) for a in st.axes])} = "
                          f"{top(self.expr(st.bodies[0], env))}")
 
-    def scatter(self, st: ScatterStage) -> None:
-        """The scatter's loop tree (stageloops.scatter_loops): its target zeroed, then its
-        updates over its loops."""
-        self.emit(1, f"# stage {st.name}: scatter-add, {st.strategy}")
-        self.indices: dict[tuple[int, int], str] = {}  # (update, dim) -> its local (Indices)
-        self.nodes(1, scatter_loops(st), st, {})
-
     def zero_node(self, n: Zero, depth: int, st: ScatterStage, env: dict[Expr, str]) -> None:
         """A parallel scatter zeroes in parallel: each iteration its own slice when that is
         whole contiguous sub-arrays (the first touch of a fresh page by the thread that writes
@@ -308,57 +336,6 @@ class CPURender(CPUFold):
         self.emit(depth, f"{t}[{', '.join([*lead, var])}].fill(0)")
 
     # -- CPU-only plan features ----------------------------------------------------------------
-    def chunks(self, loop: Loop) -> None:
-        """Split reductions sharing one chunk prange and loop nest (their partial results),
-        STEPPED members stepping in its row loop."""
-        group = [self.plan.stage(r.name) for r in refs((loop,))]
-        for k, st in enumerate(group):
-            self.emit(1, f"# stage {st.name}: {describe_stage(st, k > 0)}")  # type: ignore[arg-type]
-            self.allocate(1, st, st.axes)  # type: ignore[arg-type]
-        self.split_partials(group, [k for k, n in enumerate(loop.body)  # type: ignore[arg-type]
-                                    if isinstance(n, Loop) and n.kind is LoopKind.STEPPED])
-
-    def prange(self, loop: Loop) -> None:
-        """Stages sharing one prange over their (equal) leading parallel axes, in order: a row
-        buffer is allocated in it, without the parallel dims; a ROW loop is its producer's row
-        loop with the reduction folded in."""
-        refs_ = list(refs((loop,)))
-        group = [self.plan.stage(r.name) for r in refs_]
-        for k, (ref, st) in enumerate(zip(refs_, group)):
-            self.scope = st.name
-            self.emit(1, f"# stage {st.name}: {describe_stage(st, k > 0)}")  # type: ignore[arg-type]
-            if ref.place is Place.ROW_BUFFER:
-                dims = tuple(st.axes.index(a) for a in st.parallel_axes)  # type: ignore[union-attr]
-                self.row_dim.update({id(t): dims for t in st.tensors if t is not None})  # type: ignore[union-attr]
-            else:
-                self.allocate(1, st, st.axes)  # type: ignore[arg-type]
-        var = self.names.fresh(f"{group[0].name}_p")
-        self.parallel_head(1, var, " * ".join(top(self.expr(a.extent, {}))
-                                              for a in group[0].parallel_axes))  # type: ignore[union-attr]
-        for node in loop.body:
-            members = list(refs((node,)) if isinstance(node, Loop) and
-                           node.kind is LoopKind.SIBLINGS else (next(refs((node,))),))
-            for ref in members:
-                st = self.plan.stage(ref.name)
-                assert isinstance(st, ComputeStage)
-                self.scope = st.name
-                if ref.place is Place.ROW_BUFFER:
-                    self.allocate(2, st, [a for a in st.axes if a not in st.parallel_axes])
-            assert isinstance(st, ComputeStage)
-            if st.fused > 1:
-                self.emit(2, f"# stage {', '.join(r.name for r in members)}")
-                self.unflatten(2, var, st.parallel_axes)
-            else:
-                self.emit(2, f"{self.axis(st.order[0])} = {var}  # stage "
-                             f"{', '.join(r.name for r in members)}")
-            if len(members) > 1:
-                self.siblings(2, [self.plan.stage(r.name) for r in members])  # type: ignore[misc]
-            elif isinstance(node, Loop):
-                folded = self.plan.stage(node.body[1].name)  # type: ignore[union-attr]
-                self.row_and_fold(2, st, folded)  # type: ignore[arg-type]
-            else:
-                self.loops_and_body(st, 2, st.order[st.fused:])
-
     def contraction(self, st: ComputeStage) -> None:
         """`np.matmul` on permuted/reshaped views, in object mode (BLAS through NumPy)."""
         c = st.cpu.contraction
@@ -421,13 +398,21 @@ class CPURender(CPUFold):
 
 ZERO_CHUNK = 1 << 14  # elements a prange iteration zeroes in a parallel scatter's target
 
-# how each kind of shared loop (loopnest.LoopKind) at the top of the plan's nest is rendered
-NEST_RULES: dict[LoopKind, Callable[[CPURender, Loop], None]] = {
-    LoopKind.PRANGE: CPURender.prange,
-    LoopKind.CHUNKS: CPURender.chunks,
+# the routine that writes each kind of `Opaque` node whole (a stage's, or the stages' folding
+# together in one shared loop: loopnest.LoopKind)
+OPAQUE_RULES: dict[str, Callable[[CPURender, Opaque, list, int], None]] = {
+    "blas": lambda r, n, g, d: r.contraction(g[0]),
+    "accumulate": lambda r, n, g, d: r.accumulate(g[0]),
+    LoopKind.CHUNKS: lambda r, n, g, d: r.split_partials(g, [
+        k for k, x in enumerate(n.loop.body if n.loop else ()) if isinstance(x, Loop)
+        and x.kind is LoopKind.STEPPED]),
+    LoopKind.SIBLINGS: lambda r, n, g, d: r.siblings(d, g),
+    LoopKind.ROW: lambda r, n, g, d: r.row_and_fold(d, g[0], g[1]),
 }
 # how each node of a stage's own loop nest (stageloops.py) is rendered
-NODE_RULES = {Par: CPURender.par_node, For: CPURender.for_node, Bind: CPURender.bind_node,
+NODE_RULES = {Alloc: CPURender.alloc_node, Scope: CPURender.scope_node,
+              Shared: CPURender.shared_node, Member: CPURender.member_node,
+              Opaque: CPURender.opaque_node, Par: CPURender.par_node, For: CPURender.for_node, Bind: CPURender.bind_node,
               Hoist: CPURender.hoist_node, Let: CPURender.let_node, Fold: CPURender.fold_node,
               Store: CPURender.store_node, Zero: CPURender.zero_node,
               ZeroSlice: CPURender.zero_slice_node, Blocks: CPURender.blocks_node,

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, Iterator
+from typing import Iterator
 
 from ..te.expr import Const, Expr
 from ..te.printer import expr_str
@@ -113,18 +113,15 @@ def refs(nodes: tuple[Node, ...]) -> Iterator[StageRef]:
             yield n
 
 
-def lines(nodes: tuple[Node, ...], depth: int = 1,
-          below: Callable[[StageRef, Loop | None, int], list[str]] = lambda r, lp, d: [],
-          inside: Loop | None = None) -> list[str]:
-    """The tree, one node a line, indented by depth, each loop with its reason; under each
-    stage, `below(ref, the loop it is in, depth)` (its own loops)."""
+def lines(nodes: tuple[Node, ...], depth: int = 1) -> list[str]:
+    """The tree, one node a line, indented by depth, each loop with its reason."""
     out, pad = [], "  " * depth
     for n in nodes:
         if isinstance(n, Loop):
             ext = n.extent.value if isinstance(n.extent, Const) else expr_str(n.extent)
             out.append(f"{pad}{n.kind}({ext}): {n.reason}")
-            out += lines(n.body, depth + 1, below, n)
+            out += lines(n.body, depth + 1)
         else:
             where = f"  [{n.place}: {PLACES[n.place]}]" if n.place in PLACES else ""
-            out += [f"{pad}{n.name}{where}", *below(n, inside, depth + 1)]
+            out.append(f"{pad}{n.name}{where}")
     return out

@@ -21,10 +21,8 @@ from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, ReduceKind, Var
 from ..te.printer import expr_str
 from ..te.tensor import ScatterUpdate, Tensor, shape_str
 from ..te.visit import walk
-from .loopnest import Kind, Loop, LoopKind, Node, Place, StageRef, refs
-from .loopnest import lines as nest_lines
-from .stageloops import Zeroing, inner_loops, scatter_loops, stage_loops
-from .stageloops import lines as stage_lines
+from .loopnest import Kind, Loop, Node, Place, StageRef, refs
+from .stageloops import Zeroing
 
 LONG_SUM = 4096  # a float16/float32 sum of more terms than this (or of a count unknown until
 #                  the call) accumulates wide: see `wide_sum`
@@ -477,12 +475,12 @@ class Plan:
                  f"  symbolic dims (bound from input shapes): "
                  f"{', '.join(v.name for v in self.params) or '-'}",
                  f"  accumulation: {self.accumulation}"]
-        cpu = self.target != "cuda"  # (a CUDA plan's loops: each stage's strategy)
-        if cpu:
+        from . import lower  # (it lowers plans: a cycle at import time)
+        if self.target != "cuda":  # (a CUDA stage's note says how it runs: schedule/cuda.py)
             lines += ["", "loop nest (the loops stages share, with each stage's own beneath it):",
-                      *nest_lines(self.tree, below=self._own_lines)]
+                      *lower.lines(self)]
         for s in self.stages:
-            lines += ["", *_stage_lines(s, cpu)]
+            lines += ["", *_stage_lines(s)]
         checked = [x for name, c in self.checks.items() for x in c.lines(name)]
         if checked:
             lines += ["", "run-time bounds checks (reads te.bounds cannot prove in range):", *checked]
@@ -493,22 +491,8 @@ class Plan:
 
     __repr__ = __str__
 
-    def _own_lines(self, ref: StageRef, inside: Loop | None, depth: int) -> list[str]:
-        """Stage `ref`'s own loops in the plan's tree (`inside` the shared loop it runs in):
-        a member of a prange runs its serial loops in it; the other shared loops fold their
-        members together (their reasons say how)."""
-        s, pad = self.stage(ref.name), "  " * depth
-        if isinstance(s, ScatterStage):
-            return stage_lines(scatter_loops(s), depth)
-        if s.cpu.contraction is not None or s.cpu.accumulate is not None:
-            return [] if inside else [f"{pad}{_loops(s)}"]
-        if inside is None:
-            return stage_lines(stage_loops(s), depth)
-        return stage_lines(inner_loops(s, s.order[s.fused:]), depth) \
-            if inside.kind is LoopKind.PRANGE else []
 
-
-def _stage_lines(s: Stage, cpu: bool) -> list[str]:
+def _stage_lines(s: Stage) -> list[str]:
     role = "output" if s.is_output else "intermediate"
     match s:
         case ComputeStage():
@@ -516,7 +500,7 @@ def _stage_lines(s: Stage, cpu: bool) -> list[str]:
             head = (f"stage {s.name} [{role}, materialized] compute {shape} "
                     + ", ".join(b.dtype for b in s.bodies))
             c = s.cpu
-            out = [head, *([] if cpu else [f"  loops: {_loops(s)}"])]
+            out = [head]
             out += [f"  reduction: {r}" for r in s.reduction] or ["  reduction: none"]
             out += _cpu_lines(c)
         case ScatterStage():
@@ -540,24 +524,3 @@ def _cpu_lines(c: CpuStagePlan) -> list[str]:
         out.append(f"  workspace: {', '.join(t.name for t in c.workspace)} (at least 1 MiB or "
                    f"sized at the call: allocated once per thread, reused by later calls)")
     return out
-
-
-def _loops(s: ComputeStage) -> str:
-    if s.cpu.contraction is not None:
-        return f"none: {s.cpu.contraction.describe()}"
-    acc = s.cpu.accumulate
-    if acc is not None and acc.split is not None:
-        names = " > ".join(a.name for a in s.order) or "(single point)"
-        return (f"prange(chunks of {acc.split.name}) > {names} (serial in a chunk); "
-                f"then the partial results are combined")
-    if not s.order:
-        return "(zero-dim: a single point, serial)"
-    names = [a.name for a in s.order]
-    if not s.parallel or s.fused == 0:
-        return " > ".join(names) + " (serial)"
-    par = names[: s.fused]
-    head = f"prange({par[0]})" if len(par) == 1 else f"prange(fused {' * '.join(par)})"
-    rest = names[s.fused:]
-    inner = f"; innermost {names[-1]}" + (" is the last (contiguous) axis"
-                                           if s.order[-1] is s.axes[-1] else "")
-    return " > ".join([head, *rest]) + inner

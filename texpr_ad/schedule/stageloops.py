@@ -286,10 +286,13 @@ LINES: dict[type, Callable[[Any], list[str]]] = {
 }
 
 
-def lines(nodes: Sequence[SNode], depth: int = 2) -> list[str]:
-    """The tree, a node's lines (`LINES`) indented by depth, its body beneath them."""
+def lines(nodes: Sequence[Any], depth: int = 2,
+          table: dict[type, Callable[[Any], list[str]]] = LINES) -> list[str]:
+    """The tree, a node's lines (`table`) indented by depth, its body beneath them (at the
+    same depth, of a node without lines of its own)."""
     out = []
     for n in nodes:
-        out += ["  " * depth + x for x in LINES[type(n)](n)]
-        out += lines(getattr(n, "body", ()), depth + 1)
+        own = table[type(n)](n)
+        out += ["  " * depth + x for x in own]
+        out += lines(getattr(n, "body", ()), depth + bool(own), table)
     return out
