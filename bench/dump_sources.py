@@ -1,11 +1,14 @@
 """Dump the plan and generated source of every registry operator, for diffing refactors.
 
     python -m bench.dump_sources OUTDIR [PATTERN]
+    python -m bench.dump_sources --bench OUTDIR
 
 For each operator with a compute form, in float32 and float64, the forward and the adjoint
 kernels are planned and rendered (nothing is compiled, no GPU needed) for cpu and cuda:
 OUTDIR/<op>.<dtype>.<fwd|bwd>.<target>.py (the source) and .plan.txt (str(plan)).
-Compare two dumps with `diff -r`: the sources must not change unless on purpose.
+Compare two dumps with `diff -r`: the sources must not change unless on purpose.  `--bench`
+dumps the bench's workloads and user operators instead, at their full sizes (the registry's
+samples are small: loops that stages share, split sums and blocks need real sizes), cpu only.
 """
 from __future__ import annotations
 
@@ -55,5 +58,34 @@ def dump(out: Path, pattern: str = "*") -> int:
     return n
 
 
+def dump_bench(out: Path) -> int:
+    """The forward and the adjoint (every float input) of each bench workload and user op."""
+    import numpy as np
+    from texpr_ad import te
+    from texpr_ad.deriv import grad
+
+    from .user_defs import USER_OPS
+    from .workloads import WORKLOADS, make
+    out.mkdir(parents=True, exist_ok=True)
+    cases = [(n, w.output, list(w.inputs), [w.inputs[k] for k in w.float_inputs])
+             for n, w in ((n, make(n)) for n in WORKLOADS)]
+    for u in USER_OPS.values():
+        arrays = u.make(False, np.random.default_rng(0))
+        ins = {a: te.placeholder(arrays[a].shape, str(arrays[a].dtype), name=a) for a in u.args}
+        cases.append((u.name, u.te_fn(*ins.values()), list(ins.values()), [ins[a] for a in u.diff]))
+    for name, y, ins, wrt in cases:
+        head = te.placeholder(y.shape, y.dtype, name="head")
+        for kind, outs, args in (("fwd", [y], ins),
+                                 ("bwd", [g for g in grad(y, wrt, head) if g is not None],
+                                  [*ins, head])):
+            plan, src = plan_and_render(outs, args, "cpu")
+            (out / f"{name}.{kind}.cpu.py").write_text(src)
+            (out / f"{name}.{kind}.cpu.plan.txt").write_text(str(plan) + "\n")
+    return 2 * len(cases)
+
+
 if __name__ == "__main__":
-    print(dump(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "*"), "kernels")
+    if sys.argv[1] == "--bench":
+        print(dump_bench(Path(sys.argv[2])), "kernels")
+    else:
+        print(dump(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "*"), "kernels")

@@ -1,15 +1,15 @@
-"""The CPU rendering pass: one `@njit` function whose stages are loop nests (the outer one a
-`prange`), with hoisted invariants and float32 reciprocals, and the CPU's own plan features:
-stages joined into one `prange` (with row buffers), reduction lanes, BLAS contractions in
-object mode, and row accumulation / split partial sums (the folds: `CPUFold`, cpu_fold.py).
-The planner decides them (schedule/cpu.py); this spells them out."""
+"""The CPU rendering pass: one `@njit` function that prints the plan's loop trees
+(schedule/lower.py, schedule/stageloops.py), one rule per node kind (`NODE_RULES`); the folds
+(lanes, wide sums' blocks, row accumulation, split partial sums) are `CPUFold`'s (cpu_fold.py),
+BLAS contractions run in object mode.  The planner decides (schedule/cpu.py); this prints."""
 from __future__ import annotations
 
 from typing import Callable, Sequence
 
 from ..schedule.checks import node_checks, plain
 from ..schedule.loopnest import Loop, LoopKind, refs
-from ..schedule.lower import Alloc, KNode, Member, Opaque, Scope, Shared, kernel_nodes
+from ..schedule.lower import (Alloc, Folds, In, KNode, Member, Narrow, Opaque, RowFold, Scope,
+                             Shared, Together, kernel_nodes)
 from ..schedule.plan import ComputeStage, ScatterStage, Stage, Zeroing, wide_sum
 from ..schedule.stageloops import (Adds, Bind, Block, Blocks, Fold, For, Hoist, Indices, Let,
                                    Par, SNode, Store, Zero, ZeroSlice, inner_loops, reduce_groups,
@@ -112,6 +112,8 @@ class CPURender(CPUFold):
             self.emit(depth, f"{self.axis(st.order[0])} = {self.shared}  # stage "
                              f"{', '.join(n.stages)}")
         self.recip = {}
+        self.envs: dict[str, dict[Expr, str]] = {}  # the In nodes' environments, by stage
+        self.recips: dict[str, dict[Expr, str]] = {}
         self.nodes(depth, n.body, st, {})
 
     def opaque_node(self, n: Opaque, depth: int, st: Stage, env: dict[Expr, str]) -> None:
@@ -132,11 +134,6 @@ class CPURender(CPUFold):
         for v, base in st.cpu.views:
             self.names.by_key[("t", id(v))] = name = self.names.fresh(v.name)
             self.emit(depth, f"{name} = {self.tensor(base)}.reshape({self.shape(list(v.shape))})")
-
-    def loops_and_body(self, st: ComputeStage, depth: int, serial: Sequence[IterVar]) -> None:
-        """The serial loops of `st`, its reductions and its stores (stageloops.inner_loops)."""
-        self.recip = {}
-        self.nodes(depth, inner_loops(st, serial), st, {})
 
     def nodes(self, depth: int, nodes: Sequence[SNode | KNode], st: Stage, env: dict[Expr, str]
               ) -> None:
@@ -186,95 +183,50 @@ class CPURender(CPUFold):
         else:
             self.reduction(depth, list(n.group), env, st.name)
 
-    def store_node(self, n: Store, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
+    def store_node(self, n: Store, depth: int, st: Stage, env: dict[Expr, str]) -> None:
         idx = [self.axis(a) for a in n.index]
         self.emit(depth, f"{self.index(n.tensor, idx)} = {top(self.expr(n.value, env))}")
 
-    def siblings(self, depth: int, stages: list[ComputeStage]) -> None:
-        """Lanes reductions over the same loops (a SIBLINGS loop of fuse.py, written over the
-        first one's axes): the loops once, an accumulator per stage stepping in the innermost,
-        then each stage's store.  Elementwise stages (no reduction): each stage's store in the
-        innermost loop, in order."""
-        if not any(isinstance(x, Reduce) for st in stages for x in walk(st.bodies[0])):
-            scoped = []
-            for st in stages:
-                env: dict[Expr, str] = {}
-                self.recip = {}
-                self.hoist_values(depth, st, env)
-                scoped.append((st, env, self.recip))
-            for a in stages[0].order[stages[0].fused:]:
-                self.range_loop(depth, a, {})
-                depth += 1
-            for st, env, self.recip in scoped:  # (one scope: the loop's axis names)
-                t = st.tensors[0]
-                assert t is not None
-                self.emit(depth, f"{self.index(t, [self.axis(a) for a in st.axes])} = "
-                                 f"{top(self.expr(st.bodies[0], env))}")
-            return
-        envs: list[dict[Expr, str]] = []
-        recips = []
-        for st in stages:
-            envs.append({})
-            self.recip = {}
-            self.hoist_values(depth, st, envs[-1])
-            recips.append(self.recip)
-        for a in stages[0].order[stages[0].fused:]:
-            self.range_loop(depth, a, {})
-            depth += 1
-        reds = [reduce_groups(st.bodies)[0] for st in stages]
-        for st, red, env in zip(stages, reds, envs, strict=True):
-            self.hoist_fold(depth, st, red[0], env)
-        self.recip = recips[0]  # one set per fold: each source reads its own stage's
-        accs = self.stepped_fold(depth, reds[0][0], envs[0], stages[0].name, None,
-                                 [(red[0], env, st.name) for st, red, env
-                                  in zip(stages[1:], reds[1:], envs[1:], strict=True)],
-                                 serial=stages[0].cpu.lanes <= 1)
-        for st, red, env, acc, rc in zip(stages, reds, envs, accs, recips, strict=True):
-            self.recip = rc
-            if wide_sum(red[0]):
-                acc = self.narrow(depth, red[0], acc, st.name)
-            env.update({g: acc for g in red})
-            t = st.tensors[0]
-            assert t is not None
-            self.emit(depth, f"{self.index(t, [self.axis(a) for a in st.axes])} = "
-                             f"{top(self.expr(st.bodies[0], env))}")
+    def together_node(self, n: Together, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        self.nodes(depth, n.body, st, env)
 
-    def hoist_values(self, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
-        """The stage's hoisted values and reciprocals into locals (named in `env`, `recip`)."""
-        self.hoist_node(Hoist(st.cpu.hoisted, st.cpu.reciprocals), depth, st, env)
+    def in_node(self, n: In, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        key = n.env_of or n.stage
+        self.recip = self.recips.setdefault(key, {})
+        self.nodes(depth, n.body, self.plan.stage(n.stage), self.envs.setdefault(key, {}))
 
-    def hoist_fold(self, depth: int, st: ComputeStage, r: Reduce, env: dict[Expr, str]) -> None:
-        """The values every term of `r` shares (plan: fold_hoisted) into locals before its loops."""
-        mine = {x for s in r.source for x in walk(s)}
-        self.let_node(Let(tuple(e for e in st.cpu.fold_hoisted if e in mine), "h"), depth, st, env)
+    def folds_node(self, n: Folds, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        """The first fold's loops, each fold's accumulator stepping in the innermost
+        (`stepped_fold`; every source with the first stage's reciprocals)."""
+        (name, g), *rest = n.folds
+        self.recip = self.recips[name]
+        envs = [self.envs[s] for s, _ in n.folds]
+        accs = self.stepped_fold(depth, g[0], envs[0], name, None, [
+            (g_[0], e, s) for (s, g_), e in zip(rest, envs[1:], strict=True)], serial=n.serial)
+        for (s, g_), e, acc in zip(n.folds, envs, accs, strict=True):
+            e.update({x: acc for x in g_})
 
-    def row_and_fold(self, depth: int, e: ComputeStage, st: ComputeStage) -> None:
-        """`e`'s row loop with `st`'s lanes reduction folded in: each element is stored, then
-        accumulated (`st` is written over `e`'s axes: a ROW loop of fuse.py)."""
-        env: dict[Expr, str] = {}
-        self.recip = {}
-        self.hoist_values(depth, e, env)
-        self.hoist_values(depth, st, env)
-        red = reduce_groups(st.bodies)[0]
-        r = red[0]
-        t = e.tensors[0]
-        assert t is not None
-        levels = self.fold_levels(e.order[e.fused], self.names.fresh(f"{st.name}_acc"), st.name, {},
+    def narrow_node(self, n: Narrow, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        r = n.group[0]
+        if wide_sum(r):
+            acc = self.narrow(depth, r, env[r], st.name)
+            env.update({x: acc for x in n.group})
+
+    def rowfold_node(self, n: RowFold, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        """The row loop (fold_levels: blocks of a wide sum) storing each element, then folding
+        it into the accumulator; then the fold's init."""
+        r = n.group[0]
+        levels = self.fold_levels(n.axis, self.names.fresh(f"{st.name}_acc"), st.name, {},
                                   wide_sum(r))
 
         def store_and_step(d: int) -> str:
-            self.emit(d, f"{self.index(t, [self.axis(a) for a in e.axes])} = "
-                         f"{top(self.expr(e.bodies[0], env))}")
+            self.store_node(n.store, d, st, env)
             return f"{LANE_STEP[r.combiner.kind]}({levels[-1].acc}, {top(self.expr(r.source[0], env))})"
         self.fold_nest(depth, levels, [(r, [lv.acc for lv in levels], store_and_step)])
         acc = levels[0].acc if not wide_sum(r) else self.narrow(depth, r, levels[0].acc, st.name)
         if r.init:
             self.combine(depth, r.combiner, [self.expr(r.init[0], env)], [acc], [acc], st.name)
-        env.update({g: acc for g in red})
-        out = st.tensors[0]
-        assert out is not None
-        self.emit(depth, f"{self.index(out, [self.axis(a) for a in st.axes])} = "
-                         f"{top(self.expr(st.bodies[0], env))}")
+        env.update({g: acc for g in n.group})
 
     def zero_node(self, n: Zero, depth: int, st: ScatterStage, env: dict[Expr, str]) -> None:
         """A parallel scatter zeroes in parallel: each iteration its own slice when that is
@@ -406,13 +358,13 @@ OPAQUE_RULES: dict[str, Callable[[CPURender, Opaque, list, int], None]] = {
     LoopKind.CHUNKS: lambda r, n, g, d: r.split_partials(g, [
         k for k, x in enumerate(n.loop.body if n.loop else ()) if isinstance(x, Loop)
         and x.kind is LoopKind.STEPPED]),
-    LoopKind.SIBLINGS: lambda r, n, g, d: r.siblings(d, g),
-    LoopKind.ROW: lambda r, n, g, d: r.row_and_fold(d, g[0], g[1]),
 }
 # how each node of a stage's own loop nest (stageloops.py) is rendered
 NODE_RULES = {Alloc: CPURender.alloc_node, Scope: CPURender.scope_node,
               Shared: CPURender.shared_node, Member: CPURender.member_node,
-              Opaque: CPURender.opaque_node, Par: CPURender.par_node, For: CPURender.for_node, Bind: CPURender.bind_node,
+              Opaque: CPURender.opaque_node, Together: CPURender.together_node,
+              In: CPURender.in_node, Folds: CPURender.folds_node, Narrow: CPURender.narrow_node,
+              RowFold: CPURender.rowfold_node, Par: CPURender.par_node, For: CPURender.for_node, Bind: CPURender.bind_node,
               Hoist: CPURender.hoist_node, Let: CPURender.let_node, Fold: CPURender.fold_node,
               Store: CPURender.store_node, Zero: CPURender.zero_node,
               ZeroSlice: CPURender.zero_slice_node, Blocks: CPURender.blocks_node,

@@ -1,17 +1,20 @@
 """A CPU plan lowered to one loop tree per node of its nest: what `print(plan)` shows and the CPU
-renderer prints, a rule per node kind (`stageloops.LINES`, `cpu_render.NODE_RULES`).
+renderer prints, a rule per node kind (`KERNEL_LINES`, `cpu_render.NODE_RULES`).
 
 A stage of its own is announced (`Alloc`: its arrays) and runs its own loops (`Scope`: the nodes
 of stageloops.py; a BLAS contraction or an accumulation, one `Opaque` node).  A shared prange
 (loopnest.Loop, PRANGE) announces every member first, then one `Shared` loop in which each
-`Member` binds its parallel axes from the shared index and runs its serial loops; the loops in
-which stages fold together (ROW, SIBLINGS, CHUNKS with its STEPPED riders) are `Opaque` nodes
-of the fold they are (cpu_fold.py), printed with their reasons:
+`Member` binds its parallel axes from the shared index and runs its serial loops.  Stages that
+fold together in its iteration (`Together`: ROW, SIBLINGS) share one loop nest, each node `In`
+its stage's environment: `Folds` steps several accumulators in one nest, `RowFold` folds a
+row's elements as they are stored.  Split sums sharing chunks (CHUNKS, STEPPED) are one
+`Opaque` node (cpu_fold.split_partials).
 
-    Alloc(softmax_max) Alloc(softmax_exp, joined, row buffer) ...
+    Alloc(softmax_max_red1) Alloc(softmax_exp, joined, row buffer) ...
     Shared(prange(n))
-      Member(softmax_max):  for j / fold max over k / store
-      Member(softmax_exp):  Opaque(row: exp stored, its sum folded as it is)
+      Member(softmax_max_red1): Fold max over k, Store
+      Member(softmax_exp): Together(row): In(..Hoist), In(RowFold(i1, Store exp, sum), Store)
+      Member(softmax): Hoist, For(i1, Store)
 """
 from __future__ import annotations
 
@@ -20,8 +23,11 @@ from typing import Any, Callable
 
 from .loopnest import PLACES, Loop, LoopKind, Node, Place, StageRef, refs
 from .loopnest import lines as nest_lines
+from ..te.expr import IterVar, Reduce
+from ..te.visit import walk
 from .plan import ComputeStage, Plan, ScatterStage
-from .stageloops import LINES, SNode, inner_loops, scatter_loops, stage_loops
+from .stageloops import (LINES, Fold, Hoist, Let, SNode, Store, loops_over, inner_loops, reduce_groups,
+                         scatter_loops, stage_loops)
 from .stageloops import lines as stage_lines
 
 
@@ -66,8 +72,8 @@ class Member:
 @dataclass(frozen=True)
 class Opaque:
     """A stage, or stages folding together, that one renderer routine writes whole: `kind`
-    "blas" (a contraction), "accumulate" (row accumulation, split partial results), or a
-    shared loop's kind (ROW, SIBLINGS, CHUNKS); `loop`, that loop; `text`, what it is."""
+    "blas" (a contraction), "accumulate" (row accumulation, split partial results), or
+    "chunks" (split sums sharing a chunk prange: `loop`); `text`, what it is."""
 
     kind: str
     stages: tuple[str, ...]
@@ -75,7 +81,52 @@ class Opaque:
     loop: Loop | None = None
 
 
-KNode = Alloc | Scope | Shared | Member | Opaque
+@dataclass(frozen=True)
+class Together:
+    """Stages of a shared prange's iteration folding in one loop nest (loopnest.Loop of kind
+    ROW or SIBLINGS: its reason), `body` the nest."""
+
+    loop: Loop
+    body: tuple[SNode | KNode, ...]
+
+
+@dataclass(frozen=True)
+class In:
+    """`body` in stage `stage`'s environment (its hoisted values, reciprocals, accumulators:
+    those of `env_of`, where given), within a loop nest that several stages share."""
+
+    stage: str
+    body: tuple[SNode | KNode, ...]
+    env_of: str = ""
+
+
+@dataclass(frozen=True)
+class Folds:
+    """Reductions (stage, group) over the same loops folding in one loop nest, an accumulator
+    each stepping in the innermost (`serial`: as scalar sums, in axis order)."""
+
+    folds: tuple[tuple[str, tuple[Reduce, ...]], ...]
+    serial: bool
+
+
+@dataclass(frozen=True)
+class Narrow:
+    """A group's accumulator as a value of its dtype (a wide sum's float64 one, rounded)."""
+
+    group: tuple[Reduce, ...]
+
+
+@dataclass(frozen=True)
+class RowFold:
+    """The loop of `axis` storing `store` (a row of the producer) and folding `group` of each
+    element as it is stored, then the fold's init (a ROW loop)."""
+
+    axis: IterVar
+    store: Store
+    group: tuple[Reduce, ...]
+
+
+KNode = Alloc | Scope | Shared | Member | Opaque | Together | In | Folds | Narrow | RowFold
 
 
 def kernel_nodes(plan: Plan, node: Node) -> tuple[SNode | KNode, ...]:
@@ -103,11 +154,52 @@ def kernel_nodes(plan: Plan, node: Node) -> tuple[SNode | KNode, ...]:
             child.kind is LoopKind.SIBLINGS else [next(refs((child,)))]
         st = plan.stage(refs_[-1].name)
         assert isinstance(st, ComputeStage)
-        inner = (_opaque(child),) if isinstance(child, Loop) else \
-            inner_loops(st, st.order[st.fused:])
+        inner: tuple[SNode | KNode, ...]
+        if isinstance(child, Loop):
+            group = [plan.stage(r.name) for r in refs((child,))]
+            inner = (Together(child, (_siblings if child.kind is LoopKind.SIBLINGS else _row)(
+                group)),)  # type: ignore[arg-type]
+        else:
+            inner = inner_loops(st, st.order[st.fused:])
         body.append(Member(tuple(r.name for r in refs_),
                            tuple(r.place is Place.ROW_BUFFER for r in refs_), inner))
     return (*allocs, Shared(node, tuple(body)))
+
+
+def _siblings(stages: list[ComputeStage]) -> tuple[SNode | KNode, ...]:
+    """Their hoisted values, the loops once, then each one's store; reductions: each one's fold
+    stepping in the innermost loop of one nest, then rounded and stored."""
+    first = stages[0]
+    body: tuple[SNode | KNode, ...] = tuple(In(s.name, (_store(s),)) for s in stages)
+    if any(isinstance(x, Reduce) for s in stages for x in walk(s.bodies[0])):
+        groups = [tuple(reduce_groups(s.bodies)[0]) for s in stages]
+        shared = [tuple(e for e in s.cpu.fold_hoisted if e in {x for y in g[0].source
+                                                             for x in walk(y)}) for s, g in
+                  zip(stages, groups)]
+        body = (*(In(s.name, (Let(h, "h"),)) for s, h in zip(stages, shared) if h),
+                Folds(tuple((s.name, g) for s, g in zip(stages, groups)), first.cpu.lanes <= 1),
+                *(In(s.name, (Narrow(g), _store(s))) for s, g in zip(stages, groups)))
+    return (*(In(s.name, (_hoist(s),)) for s in stages),
+            *loops_over(first.order[first.fused:], body))
+
+
+def _row(stages: list[ComputeStage]) -> tuple[SNode | KNode, ...]:
+    """The producer's row loop storing each element and folding it as it is stored, in one
+    environment (both stages' hoisted values), then the reducer's store."""
+    e, st = stages
+    group = tuple(reduce_groups(st.bodies)[0])
+    return (In(e.name, (_hoist(e),)), In(st.name, (_hoist(st),), e.name),
+            In(st.name, (RowFold(e.order[e.fused], _store(e), group), _store(st)), e.name))
+
+
+def _hoist(st: ComputeStage) -> Hoist:
+    return Hoist(st.cpu.hoisted, st.cpu.reciprocals)
+
+
+def _store(st: ComputeStage) -> Store:
+    t = st.tensors[0]
+    assert t is not None
+    return Store(t, st.axes, st.bodies[0])
 
 
 def _opaque(loop: Loop) -> Opaque:
@@ -118,16 +210,21 @@ def _opaque(loop: Loop) -> Opaque:
 def _names(n: Member | Scope) -> list[str]:
     if isinstance(n, Scope):
         return [n.stage]
-    if isinstance(n.body[0], Opaque):  # (the loop lists its members)
-        return []
-    row = f"  [row buffer: {PLACES[Place.ROW_BUFFER]}]"
-    return [", ".join(s + row * r for s, r in zip(n.stages, n.rows, strict=True))]
+    rows = [s for s, r in zip(n.stages, n.rows, strict=True) if r]
+    mark = f"  [{', '.join(rows)}: row buffer{'s' * (len(rows) > 1)}: " \
+           f"{PLACES[Place.ROW_BUFFER]}]" if rows else ""
+    return [", ".join(n.stages) + mark]
 
 
 # each node's own line(s), with its reason (the stage's own nodes: stageloops.LINES)
 KERNEL_LINES: dict[type, Callable[[Any], list[str]]] = {
     **LINES, Alloc: lambda n: [], Scope: _names, Member: _names, Opaque: lambda n: list(n.text),
-    Shared: lambda n: nest_lines((n.loop,), 0)[:1]}
+    Shared: lambda n: nest_lines((n.loop,), 0)[:1], Together: lambda n: nest_lines((n.loop,), 0)[:1],
+    In: lambda n: [], Narrow: lambda n: [],
+    Folds: lambda n: ["fold " + ", ".join(f"{LINES[Fold](Fold(g, 1))[0][5:]} ({s})"
+                                          for s, g in n.folds) + " in one loop nest"],
+    RowFold: lambda n: [f"for {n.axis.name} in its row: store {n.store.tensor.name} and "
+                        f"{LINES[Fold](Fold(n.group, 1))[0]} of each element as it is stored"]}
 
 
 def lines(plan: Plan, depth: int = 1) -> list[str]:

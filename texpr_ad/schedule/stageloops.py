@@ -214,15 +214,16 @@ def scatter_loops(st: ScatterStage) -> tuple[SNode, ...]:
     shared: tuple[SNode, ...] = (Let(c.hoisted, "s"),) if c.hoisted and not c.block else ()
     adds: tuple[SNode, ...] = (Adds(),)
     if p is not None and c.block:
-        return (Zero(c.zero), Blocks(p, c.block, _nest(st.order[1:], (
+        return (Zero(c.zero), Blocks(p, c.block, loops_over(st.order[1:], (
             Indices(c.hoisted), Block(p, adds)))))
     if p is not None:
         own = (ZeroSlice(),) if c.zero is Zeroing.OWN_SLICES else ()
-        return (Zero(c.zero), Par(st.order[:1], (*own, *_nest(st.order[1:], (*shared, *adds)))))
-    return (Zero(c.zero), *_nest(st.order, (*shared, *adds)))
+        return (Zero(c.zero), Par(st.order[:1], (*own, *loops_over(st.order[1:], (*shared, *adds)))))
+    return (Zero(c.zero), *loops_over(st.order, (*shared, *adds)))
 
 
-def _nest(axes: Sequence[IterVar], body: tuple[SNode, ...]) -> tuple[SNode, ...]:
+def loops_over(axes: Sequence[IterVar], body: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`body` in serial loops over `axes`, the first outermost."""
     for a in reversed(axes):
         body = (For(a, body),)
     return body
