@@ -1,5 +1,5 @@
 """Scatter blocking (schedule/cpu_scatter.scatter_block) and the index dims computed once before the
-block loop (the plan's `hoisted`, spelled by kernels/cpu_render.invariant_indices).  Decisions on the plan and the source;
+block loop (the plan's `hoisted`: an Indices node of its loop tree, schedule/stageloops.py).  Decisions on the plan and the source;
 results against float64 NumPy; a bad index still raises.  No timing."""
 from __future__ import annotations
 

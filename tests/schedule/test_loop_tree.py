@@ -1,0 +1,120 @@
+"""The plan's loop tree (schedule/stageloops.py, schedule/lower.py): what each refine decision
+lowers to, that `print(plan)` shows it, and that the CPU renderer prints that tree (the loops in
+the source are the tree's).  Values against NumPy; no timing."""
+from __future__ import annotations
+
+import re
+import typing
+
+import numpy as np
+
+import texpr_ad as ta
+from texpr_ad import te
+from texpr_ad.kernels.cpu_render import NODE_RULES
+from texpr_ad.ops import elementwise as ew
+from texpr_ad.schedule import lower, stageloops
+from texpr_ad.schedule.lower import (Alloc, Member, Shared, Together, In, RowFold, kernel_nodes)
+from texpr_ad.schedule.stageloops import (Adds, Bind, Block, Blocks, Fold, For, Hoist, Indices,
+                                          Store, Zero, stage_loops)
+
+
+def _in_order(text: str, parts: list[str]) -> bool:
+    at = 0
+    for p in parts:
+        at = text.find(p, at)
+        if at < 0:
+            return False
+    return True
+
+
+def _walk(nodes):
+    for n in nodes:
+        yield n
+        yield from _walk(getattr(n, "body", ()))
+
+
+def test_every_node_kind_has_a_render_rule_and_a_printed_line():
+    kinds = set(typing.get_args(stageloops.SNode)) | set(typing.get_args(lower.KNode))
+    assert kinds - set(NODE_RULES) == set()
+    assert kinds - set(lower.KERNEL_LINES) == set()
+
+
+def test_a_reshape_split_lowers_to_two_loops_and_the_axis_rebuilt():
+    x = te.placeholder((32, 4, 64), "float32", name="x")
+    y = te.compute((32, 256), lambda i, a: x[i, a // 64, a % 64] * 2.0, name="y")
+    k = ta.build([y], [x])
+    (hi,) = [n for n in _walk(stage_loops(k.plan.stage("y"))) if isinstance(n, For) and n.why]
+    lo = hi.body[0]
+    assert isinstance(lo, For) and isinstance(lo.body[0], Bind) and lo.body[0].split.factor == 64
+    assert "split: a = 64 * a_hi + a_lo" in str(k.plan)
+    assert re.search(r"for a_hi in range\(4\):\n +for a_lo in range\(64\):\n +a = 64 \* a_hi "
+                     r"\+ a_lo", k.source), k.source
+    xs = np.random.default_rng(0).standard_normal((32, 4, 64)).astype(np.float32)
+    np.testing.assert_array_equal(k(xs)[0], xs.reshape(32, 256) * 2)
+
+
+def test_softmax_lowers_to_one_prange_whose_exp_row_folds_its_sum():
+    x = te.placeholder((512, 1024), "float32", name="x")
+    k = ta.build([ew.softmax(x)], [x])
+    (node,) = k.plan.tree
+    nodes = kernel_nodes(k.plan, node)
+    assert [type(n) for n in nodes] == [Alloc] * 4 + [Shared]
+    assert [a.row_buffer for a in nodes[:4]] == [False, True, False, False]
+    members = nodes[-1].body
+    assert all(isinstance(m, Member) for m in members) and len(members) == 3
+    (together,) = members[1].body
+    assert isinstance(together, Together) and together.loop.kind == "row"
+    (row,) = [n for n in _walk(together.body) if isinstance(n, RowFold)]
+    assert row.store.tensor.name == "softmax_exp" and row.group[0].combiner.kind == "sum"
+    assert {n.env_of for n in together.body if isinstance(n, In)} == {"", "softmax_exp"}
+    assert isinstance(members[2].body[0], Hoist) and members[2].body[0].reciprocals
+    assert _in_order(str(k.plan), [
+        "prange(512)", "softmax_max_red1", "fold max over k", "row(1024)",
+        "for i1 in its row: store softmax_exp and fold sum over i1", "\n    softmax\n",
+        "reciprocal: float32 division by softmax_expsum[i0]", "store softmax[i0, i1]"]), k.plan
+    # the source's loops are the tree's: the prange, the max's k, the row loop (the exp stored
+    # and summed in it) and the norm's loop
+    loops = re.findall(r"\n +for \w+ in (p?range)\((\d+)\)", k.source)
+    assert loops == [("prange", "512"), ("range", "1024"), ("range", "1024"), ("range", "1024")], \
+        k.source
+    xs = np.random.default_rng(1).standard_normal((512, 1024)).astype(np.float32)
+    e = np.exp(xs - xs.max(1, keepdims=True))
+    np.testing.assert_allclose(k(xs)[0], e / e.sum(1, keepdims=True), rtol=2e-6, atol=1e-7)
+
+
+def test_a_blocked_scatter_lowers_to_blocks_with_its_row_index_bound_before_the_block():
+    x = te.placeholder((300, 64), "float32", name="x")
+    off = te.placeholder((11,), "int64", name="offsets")
+
+    def body(s, k):
+        r = te.reduce_axis((off[s], off[s + 1]), "r")
+        return te.sum(x[r, k], axis=r)
+    y = te.compute((10, 64), body, name="seg")
+    h = te.placeholder((10, 64), "float32", name="head")
+    (dx,) = ta.grad(y, [x], head=h)
+    k = ta.build([dx], [x, off, h])
+    nodes = kernel_nodes(k.plan, k.plan.tree[-1])[1].body  # (Alloc, Scope)
+    assert isinstance(nodes[0], Zero) and isinstance(nodes[1], Blocks) and nodes[1].size == 16
+    kinds = [type(n) for n in _walk(nodes[1].body)]
+    assert kinds.index(Indices) < kinds.index(Block) < kinds.index(Adds), kinds
+    assert _in_order(str(k.plan), ["prange(blocks of 16 k)", "hoisted: r (loop-invariant",
+                                    "for k in its block"]), k.plan
+    rng = np.random.default_rng(3)
+    hs = rng.standard_normal((10, 64)).astype(np.float32)
+    offs = np.concatenate([[0], np.sort(rng.integers(0, 300, 9)), [300]]).astype(np.int64)
+    want = np.zeros((300, 64), np.float32)
+    for s in range(10):
+        want[offs[s]:offs[s + 1]] += hs[s]
+    np.testing.assert_array_equal(k(rng.standard_normal((300, 64)).astype(np.float32), offs,
+                                    hs)[0], want)
+
+
+def test_the_tree_before_refinement_is_each_stage_in_its_own_prange():
+    from texpr_ad.schedule.planner import plan_stages
+    x = te.placeholder((64, 128), "float32", name="x")
+    plan = plan_stages([ew.softmax(x)], [x])  # target-neutral: no loop shared yet
+    trees = [stage_loops(s) for s in plan.stages]
+    assert all(isinstance(t[0], stageloops.Par) for t in trees)
+    assert sum(isinstance(n, Fold) for t in trees for n in _walk(t)) == 2  # max and sum
+    assert sum(isinstance(n, Store) for t in trees for n in _walk(t)) == len(plan.stages)
+    assert "prange(i0): the leading axes" in str(plan)
