@@ -13,7 +13,8 @@ from texpr_ad import te
 from texpr_ad.kernels.cpu_render import NODE_RULES
 from texpr_ad.ops import elementwise as ew
 from texpr_ad.schedule import lower, stageloops
-from texpr_ad.schedule.lower import (Alloc, Member, Shared, Together, In, RowFold, kernel_nodes)
+from texpr_ad.schedule.lower import (Alloc, ChunkFold, Combine, In, Member, Partials, RowFold,
+                                     Shared, Together, kernel_nodes)
 from texpr_ad.schedule.stageloops import (Adds, Bind, Block, Blocks, Fold, For, Hoist, Indices,
                                           Store, Zero, stage_loops)
 
@@ -118,3 +119,21 @@ def test_the_tree_before_refinement_is_each_stage_in_its_own_prange():
     assert sum(isinstance(n, Fold) for t in trees for n in _walk(t)) == 2  # max and sum
     assert sum(isinstance(n, Store) for t in trees for n in _walk(t)) == len(plan.stages)
     assert "prange(i0): the leading axes" in str(plan)
+
+
+def test_split_column_sums_lower_to_partials_a_chunk_prange_and_their_combine():
+    x = te.placeholder((80_000, 32), "float32", name="x")
+    k = te.reduce_axis((0, 80_000), name="k")
+    k_ = ta.build([te.compute((32,), lambda j: te.sum(x[k, j], axis=k), name="y")], [x])
+    (node,) = k_.plan.tree
+    kinds = [type(n) for n in _walk(kernel_nodes(k_.plan, node))]
+    assert kinds.index(Partials) < kinds.index(ChunkFold) < kinds.index(Combine), kinds
+    (par,) = [n for n in _walk(kernel_nodes(k_.plan, node)) if isinstance(n, stageloops.Par)
+              and n.chunks]
+    assert par.chunks == 16 and par.axes[0].name == "k"
+    assert _in_order(str(k_.plan), ["partial results of y: 16 each", "prange(16 chunks of k)",
+                                    "fold the chunk's terms into y's partial results",
+                                    "y: its partial results combined in chunk order"]), k_.plan
+    assert re.search(r"for y_c in prange\(16\):", k_.source), k_.source
+    xs = np.random.default_rng(2).standard_normal((80_000, 32)).astype(np.float32)
+    np.testing.assert_allclose(k_(xs)[0], xs.astype(np.float64).sum(0), rtol=1e-5, atol=1e-3)

@@ -15,6 +15,10 @@ from .render import WIDE_ZERO, RenderPass, read_site, reduce_groups, top
 class CPUFold(RenderPass):
     """The folds of one CPU rendering pass (`CPURender` adds the loop nests that call them)."""
 
+    rows: dict[str, str]  # a row accumulation's row of accumulators, by stage
+    parts: dict[str, str]  # a split sum's array of partial results, by stage
+    chunk_of: tuple[str, str, int]  # the split axis's count, chunk size and chunks
+
     def stepped_fold(self, depth: int, r: Reduce, env: dict[Expr, str], stage: str,
                      chunk: Chunk | None = None,
                      siblings: Sequence[tuple[Reduce, dict[Expr, str], str]] = (),
@@ -137,40 +141,31 @@ class CPUFold(RenderPass):
         for g in groups:
             env[g] = acc
 
-    def accumulate(self, st: ComputeStage) -> None:
-        """Row accumulation (reduction loops outside the row axis) and/or split partial results."""
-        acc_plan = st.cpu.accumulate
-        assert acc_plan is not None
-        if acc_plan.split is not None:
-            self.split_partials([st])
-            return
-        r = reduce_groups(st.bodies)[0][0]
-        row = acc_plan.row
-        assert row is not None
-        dtype, ident = self.acc_type(r)
-        idx = [self.axis(a) for a in st.axes]
-        outer = [a for a in st.order if a is not row]
-        # row accumulation in a local array, prange over the outer axes
-        depth, serial = 1, outer
-        if st.parallel and st.fused:
-            depth = self.parallel_nest(depth, st.order[: st.fused], st.name)
-            serial = outer[st.fused:]
-        for a in serial:
-            self.range_loop(depth, a, {})
-            depth += 1
-        acc = self.names.fresh(f"{st.name}_row")
+    def row_acc(self, depth: int, st: ComputeStage, row: IterVar) -> None:
+        """A local row of accumulators along `row`, each the reduction's identity."""
+        dtype, ident = self.acc_type(reduce_groups(st.bodies)[0][0])
+        [self.axis(a) for a in st.axes]  # (the axes named first, as the stores name them)
+        acc = self.rows[st.name] = self.names.fresh(f"{st.name}_row")
         self.emit(depth, f"{acc} = np.empty({top(self.expr(row.extent, {}))}, dtype=np.{dtype})")
         self.range_loop(depth, row, {})
         self.emit(depth + 1, f"{acc}[{self.axis(row)}] = {ident}")
-        first, at = r.axis[0], f"{acc}[{self.axis(row)}]"
+
+    def fold_into_row(self, depth: int, st: ComputeStage, row: IterVar) -> None:
+        """Every term folded into the row: the reduce loops outside the row loop."""
+        r = reduce_groups(st.bodies)[0][0]
+        first, at = r.axis[0], f"{self.rows[st.name]}[{self.axis(row)}]"
         lo, ext = top(self.expr(first.lo, {})), top(self.expr(first.extent, {}))
         if not self.fold_rows(depth, first, lo, ext if is_zero(first.lo) else f"{lo} + {ext}",
                               [(st, at)], r.axis[1:], row):
             self.fold(depth, [(st, lambda: at)], r.axis, row)
-        self.range_loop(depth, row, {})
+
+    def finish_row(self, depth: int, st: ComputeStage) -> None:
+        """At a point of the row: its accumulator rounded, then the init and the stores."""
+        row = st.cpu.accumulate.row  # type: ignore[union-attr]
         v = self.names.fresh(f"{st.name}_acc")
-        self.emit(depth + 1, f"{v} = {self.rounded(r, f'{acc}[{self.axis(row)}]')}")
-        self.finish(depth + 1, st, idx, v)
+        at = f"{self.rows[st.name]}[{self.axis(row)}]"  # type: ignore[arg-type]
+        self.emit(depth, f"{v} = {self.rounded(reduce_groups(st.bodies)[0][0], at)}")
+        self.finish(depth, st, [self.axis(a) for a in st.axes], v)
 
     def acc_type(self, r: Reduce) -> tuple[str, str]:
         """The NumPy dtype of an array of `r`'s accumulators and their initial value: float64
@@ -285,90 +280,84 @@ class CPUFold(RenderPass):
     def _ident(self, st: ComputeStage) -> str:
         return top(self.expr(reduce_groups(st.bodies)[0][0].combiner.identity[0], {}))
 
-    def split_partials(self, stages: Sequence[ComputeStage], riders: Sequence[int] = ()) -> None:
-        """Split reductions: partial results part[c, *axes], one prange iteration per chunk c,
-        then combined.  Several stages share the chunk loops (one pass over the rows) when the
-        planner fused them over the same axes (a CHUNKS loop of fuse.py); `riders` (their
-        indices) are scalar sums stepping in the row loop (a STEPPED loop of fuse.py)."""
+    def partials(self, depth: int, stages: Sequence[ComputeStage], chunks: int) -> None:
+        """The split axis's count and chunk size (computed here where symbolic), then each
+        stage's array of partial results, one per chunk."""
+        st = stages[0]
+        split = st.cpu.accumulate.split  # type: ignore[union-attr]
+        assert split is not None
+        [self.axis(a) for a in st.axes]  # (the axes named first, as the stores name them)
+        if isinstance(ext := split.extent, Const):
+            n, size = str(ext.value), str(-(-int(ext.value) // chunks))
+        else:  # a symbolic extent: the chunk size is computed once at the call
+            n, size = self.names.fresh(f"{st.name}_n"), self.names.fresh(f"{st.name}_cs")
+            self.emit(depth, f"{n} = {top(self.expr(ext, {}))}")
+            self.emit(depth, f"{size} = ({n} + {chunks - 1}) // {chunks}")
+        self.chunk_of = (n, size, chunks)
+        for s_ in stages:
+            part = self.parts[s_.name] = self.names.fresh(f"{s_.name}_part")
+            pshape = [str(chunks), *(top(self.expr(a.extent, {})) for a in s_.axes)]
+            self.emit(depth, f"{part} = np.empty(({', '.join(pshape)}, ), "
+                             f"dtype=np.{self.acc_type(reduce_groups(s_.bodies)[0][0])[0]})")
+
+    def chunk_fold(self, depth: int, stages: Sequence[ComputeStage], riders: Sequence[int],
+                   c: str) -> None:
+        """In chunk `c`: each stage's terms folded into its partial result (a vector chunk:
+        scalar accumulators stepped like lanes; else its row), `riders` (indices of STEPPED
+        scalar sums) stepping in the row loop, folded once per row of the chunk."""
         st = stages[0]
         acc_plan = st.cpu.accumulate
         assert acc_plan is not None and acc_plan.split is not None
         r = reduce_groups(st.bodies)[0][0]
         row, split = acc_plan.row, acc_plan.split
         idx = [self.axis(a) for a in st.axes]
-        chunks = acc_plan.chunks
-        if isinstance(ext := split.extent, Const):
-            n, size = str(ext.value), str(-(-int(ext.value) // chunks))
-        else:  # a symbolic extent: the chunk size is computed once at the call
-            n, size = self.names.fresh(f"{st.name}_n"), self.names.fresh(f"{st.name}_cs")
-            self.emit(1, f"{n} = {top(self.expr(ext, {}))}")
-            self.emit(1, f"{size} = ({n} + {chunks - 1}) // {chunks}")
-        parts = []
-        reds = [reduce_groups(s_.bodies)[0][0] for s_ in stages]
-        for s_, rs in zip(stages, reds, strict=True):
-            part = self.names.fresh(f"{s_.name}_part")
-            dtype = self.acc_type(rs)[0]
-            pshape = [str(chunks), *(top(self.expr(a.extent, {})) for a in s_.axes)]
-            self.emit(1, f"{part} = np.empty(({', '.join(pshape)}, ), dtype=np.{dtype})")
-            parts.append(part)
-        c = self.names.fresh(f"{st.name}_c")
-        self.parallel_head(1, c, str(chunks))
-        depth = 2
-        for a in (o for o in st.order if o is not row):
-            self.range_loop(depth, a, {})
-            depth += 1
-        ats = [f"{part}[{', '.join([c, *([] if k in riders else idx)])}]"
-               for k, part in enumerate(parts)]
+        (n, size, _), reds = self.chunk_of, [reduce_groups(s_.bodies)[0][0] for s_ in stages]
+        ats = [f"{self.parts[s_.name]}[{', '.join([c, *([] if k in riders else idx)])}]"
+               for k, s_ in enumerate(stages)]
         s = self.axis(split)
         lo = self.expr(split.lo, {})
         chunk = Chunk(c, size, n, f"{lo} + " if not is_zero(split.lo) else "")
         if acc_plan.vector:  # scalar accumulators per reduce axis, stepped like lanes
             assert len(stages) == 1
             self.emit(depth, f"{ats[0]} = {self.stepped_fold(depth, r, {}, st.name, chunk)[0]}")
-        else:
-            rows_ = [(s_, at) for k, (s_, at) in enumerate(zip(stages, ats)) if k not in riders]
-            if row is not None:
-                self.range_loop(depth, row, {})
-            for k, (s_, at) in enumerate(zip(stages, ats)):
-                if k not in riders:
-                    self.emit(depth + (row is not None), f"{at} = {self.acc_type(reds[k])[1]}")
-            outer = {k: self.names.fresh(f"{stages[k].name}_acc") for k in riders}
-            inner = {k: self.names.fresh(f"{stages[k].name}_acc") for k in riders}
-            for k in riders:  # a wide rider's outer accumulator is float64
-                self.emit(depth, f"{outer[k]} = {self.acc_type(reds[k])[1]}")
-            if not (row is not None and self.fold_rows(
-                    depth, split, f"{chunk.lo}{chunk.start()}",
-                    f"{chunk.lo}min({chunk.start()} + {size}, {n})", rows_, r.axis[1:], row)):
-                self.emit(depth, chunk.header(s))
-                for k in riders:  # its row, in float32 lanes, is one block of a wide rider
-                    self.emit(depth + 1, f"{inner[k]} = {self._ident(stages[k])}")
-                self.fold(depth + 1, [(s_, lambda at=at: at) for s_, at in rows_], r.axis[1:], row)
-            rks = {k: reduce_groups(stages[k].bodies)[0][0] for k in riders}
-            steps = {k: LANE_STEP[rk.combiner.kind] for k, rk in rks.items()}
-            for k, rk in rks.items():  # in the row loop, then once per row, as stepped_fold does
-                self.emit(depth + 2 + len(r.axis[1:]), f"{inner[k]} = {steps[k]}({inner[k]}, "
-                                                       f"{top(self.expr(rk.source[0], {}))})")
-            for k in riders:
-                self.emit(depth + 1, f"{outer[k]} = {steps[k]}({outer[k]}, {inner[k]})")
-            for k in riders:
-                self.emit(depth, f"{ats[k]} = {outer[k]}")
-        # combine the partial results
-        for s_, part in zip(stages, parts, strict=True):
-            comb = reduce_groups(s_.bodies)[0][0].combiner
-            own = [self.axis(a) for a in s_.axes]
-            depth = 1
-            if s_.order:
-                depth = self.parallel_nest(1, s_.order[:1], s_.name)
-                for a in s_.order[1:]:
-                    self.range_loop(depth, a, {})
-                    depth += 1
-            v = self.names.fresh(f"{s_.name}_acc")
-            self.emit(depth, f"{v} = {part}[{', '.join(['0', *own])}]")
-            k = self.names.fresh(f"{s_.name}_k")
-            self.emit(depth, f"for {k} in range(1, {chunks}):")
-            self.combine(depth + 1, comb, [v], [f"{part}[{', '.join([k, *own])}]"], [v], s_.name)
-            rs = reduce_groups(s_.bodies)[0][0]
-            self.finish(depth, s_, own, v if not wide_sum(rs) else self.narrow(depth, rs, v, s_.name))
+            return
+        rows_ = [(s_, at) for k, (s_, at) in enumerate(zip(stages, ats)) if k not in riders]
+        if row is not None:
+            self.range_loop(depth, row, {})
+        for k, (s_, at) in enumerate(zip(stages, ats)):
+            if k not in riders:
+                self.emit(depth + (row is not None), f"{at} = {self.acc_type(reds[k])[1]}")
+        outer = {k: self.names.fresh(f"{stages[k].name}_acc") for k in riders}
+        inner = {k: self.names.fresh(f"{stages[k].name}_acc") for k in riders}
+        for k in riders:  # a wide rider's outer accumulator is float64
+            self.emit(depth, f"{outer[k]} = {self.acc_type(reds[k])[1]}")
+        if not (row is not None and self.fold_rows(
+                depth, split, f"{chunk.lo}{chunk.start()}",
+                f"{chunk.lo}min({chunk.start()} + {size}, {n})", rows_, r.axis[1:], row)):
+            self.emit(depth, chunk.header(s))
+            for k in riders:  # its row, in float32 lanes, is one block of a wide rider
+                self.emit(depth + 1, f"{inner[k]} = {self._ident(stages[k])}")
+            self.fold(depth + 1, [(s_, lambda at=at: at) for s_, at in rows_], r.axis[1:], row)
+        steps = {k: LANE_STEP[reds[k].combiner.kind] for k in riders}
+        for k in riders:  # in the row loop (the last lines fold wrote), then once per row
+            self.emit(depth + 2 + len(r.axis[1:]), f"{inner[k]} = {steps[k]}({inner[k]}, "
+                                                   f"{top(self.expr(reds[k].source[0], {}))})")
+        for k in riders:
+            self.emit(depth + 1, f"{outer[k]} = {steps[k]}({outer[k]}, {inner[k]})")
+        for k in riders:
+            self.emit(depth, f"{ats[k]} = {outer[k]}")
+
+    def combine_parts(self, depth: int, st: ComputeStage) -> None:
+        """At a point of `st`: its partial results combined in chunk order, then finished."""
+        part, chunks = self.parts[st.name], self.chunk_of[2]
+        rs = reduce_groups(st.bodies)[0][0]
+        own = [self.axis(a) for a in st.axes]
+        v = self.names.fresh(f"{st.name}_acc")
+        self.emit(depth, f"{v} = {part}[{', '.join(['0', *own])}]")
+        k = self.names.fresh(f"{st.name}_k")
+        self.emit(depth, f"for {k} in range(1, {chunks}):")
+        self.combine(depth + 1, rs.combiner, [v], [f"{part}[{', '.join([k, *own])}]"], [v], st.name)
+        self.finish(depth, st, own, v if not wide_sum(rs) else self.narrow(depth, rs, v, st.name))
 
 
 @dataclass(frozen=True)

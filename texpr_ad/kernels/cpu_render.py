@@ -8,8 +8,9 @@ from typing import Callable, Sequence
 
 from ..schedule.checks import node_checks, plain
 from ..schedule.loopnest import Loop, LoopKind, refs
-from ..schedule.lower import (Alloc, Folds, In, KNode, Member, Narrow, Opaque, RowFold, Scope,
-                             Shared, Together, kernel_nodes)
+from ..schedule.lower import (Alloc, ChunkFold, Combine, Finish, FoldRows, Folds, In, KNode,
+                             Member, Narrow, Blas, Partials, RowAcc, RowFold, Scope, Shared,
+                             Together, kernel_nodes)
 from ..schedule.plan import ComputeStage, ScatterStage, Stage, Zeroing, wide_sum
 from ..schedule.stageloops import (Adds, Bind, Block, Blocks, Fold, For, Hoist, Indices, Let,
                                    Par, SNode, Store, Zero, ZeroSlice, inner_loops, reduce_groups,
@@ -28,6 +29,9 @@ class CPURender(CPUFold):
         p = self.plan
         args = [self.tensor(t) for t in p.inputs] + [self.names.get(v, v.name) for v in p.params]
         self.ws = {id(t) for t in p.workspace}
+        self.envs: dict[str, dict[Expr, str]] = {}  # the In nodes' environments, by stage
+        self.recips: dict[str, dict[Expr, str]] = {}
+        self.rows, self.parts = {}, {}
         args += [self.tensor(t) for t in (*p.workspace, *p.zeroed)]
         body: list[str] = []
         for node in p.tree:
@@ -111,15 +115,28 @@ class CPURender(CPUFold):
         else:
             self.emit(depth, f"{self.axis(st.order[0])} = {self.shared}  # stage "
                              f"{', '.join(n.stages)}")
-        self.recip = {}
-        self.envs: dict[str, dict[Expr, str]] = {}  # the In nodes' environments, by stage
-        self.recips: dict[str, dict[Expr, str]] = {}
+        self.recip, self.envs, self.recips = {}, {}, {}
         self.nodes(depth, n.body, st, {})
 
-    def opaque_node(self, n: Opaque, depth: int, st: Stage, env: dict[Expr, str]) -> None:
-        """A contraction, an accumulation, or stages folding together: one routine each."""
-        group = [self.plan.stage(s) for s in n.stages]
-        OPAQUE_RULES[n.kind](self, n, group, depth)
+    def stage_rule(method: Callable[..., None]) -> Callable[..., None]:  # type: ignore[misc]
+        """A node rule calling `method(depth, the node's stage, ...)`."""
+        return lambda self, n, depth, st, env: method(self, depth, self.plan.stage(n.stage),
+                                                      *([n.row] if hasattr(n, "row") else []))
+
+    row_acc_node = stage_rule(CPUFold.row_acc)
+    fold_rows_node = stage_rule(CPUFold.fold_into_row)
+    finish_node = stage_rule(CPUFold.finish_row)
+    combine_node = stage_rule(CPUFold.combine_parts)
+
+    def partials_node(self, n: Partials, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        self.partials(depth, [self.plan.stage(s) for s in n.stages], n.chunks)  # type: ignore[misc]
+
+    def chunk_fold_node(self, n: ChunkFold, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        self.chunk_fold(depth, [self.plan.stage(s) for s in n.stages], n.riders,  # type: ignore[misc]
+                        self.chunk)
+
+    def blas_node(self, n: Blas, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        self.contraction(self.plan.stage(n.stage))  # type: ignore[arg-type]
 
     def allocate(self, depth: int, st: ComputeStage, axes: Sequence[IterVar]) -> None:
         """`np.empty` for the stage's tensors (a workspace argument needs none; a tensor written
@@ -142,6 +159,11 @@ class CPURender(CPUFold):
             NODE_RULES[type(n)](self, n, depth, st, env)  # type: ignore[operator]
 
     def par_node(self, n: Par, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
+        if n.chunks:  # a split sum's chunks
+            self.chunk = self.names.fresh(f"{st.name}_c")
+            self.parallel_head(depth, self.chunk, str(n.chunks))
+            self.nodes(depth + 1, n.body, st, env)
+            return
         self.nodes(self.parallel_nest(depth, n.axes, st.name), n.body, st, env)
 
     def for_node(self, n: For, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
@@ -350,26 +372,21 @@ class CPURender(CPUFold):
 
 ZERO_CHUNK = 1 << 14  # elements a prange iteration zeroes in a parallel scatter's target
 
-# the routine that writes each kind of `Opaque` node whole (a stage's, or the stages' folding
-# together in one shared loop: loopnest.LoopKind)
-OPAQUE_RULES: dict[str, Callable[[CPURender, Opaque, list, int], None]] = {
-    "blas": lambda r, n, g, d: r.contraction(g[0]),
-    "accumulate": lambda r, n, g, d: r.accumulate(g[0]),
-    LoopKind.CHUNKS: lambda r, n, g, d: r.split_partials(g, [
-        k for k, x in enumerate(n.loop.body if n.loop else ()) if isinstance(x, Loop)
-        and x.kind is LoopKind.STEPPED]),
-}
-# how each node of a stage's own loop nest (stageloops.py) is rendered
-NODE_RULES = {Alloc: CPURender.alloc_node, Scope: CPURender.scope_node,
-              Shared: CPURender.shared_node, Member: CPURender.member_node,
-              Opaque: CPURender.opaque_node, Together: CPURender.together_node,
-              In: CPURender.in_node, Folds: CPURender.folds_node, Narrow: CPURender.narrow_node,
-              RowFold: CPURender.rowfold_node, Par: CPURender.par_node, For: CPURender.for_node, Bind: CPURender.bind_node,
-              Hoist: CPURender.hoist_node, Let: CPURender.let_node, Fold: CPURender.fold_node,
-              Store: CPURender.store_node, Zero: CPURender.zero_node,
-              ZeroSlice: CPURender.zero_slice_node, Blocks: CPURender.blocks_node,
-              Block: CPURender.block_node, Indices: CPURender.indices_node,
-              Adds: CPURender.adds_node}
+# how each node of the plan's loop trees is rendered: those of several stages (schedule/lower.py),
+# then a stage's own (schedule/stageloops.py)
+NODE_RULES = {
+    Alloc: CPURender.alloc_node, Scope: CPURender.scope_node, Shared: CPURender.shared_node,
+    Member: CPURender.member_node, Together: CPURender.together_node, In: CPURender.in_node,
+    Folds: CPURender.folds_node, Narrow: CPURender.narrow_node, RowFold: CPURender.rowfold_node,
+    RowAcc: CPURender.row_acc_node, FoldRows: CPURender.fold_rows_node,
+    Finish: CPURender.finish_node, Partials: CPURender.partials_node,
+    ChunkFold: CPURender.chunk_fold_node, Combine: CPURender.combine_node,
+    Blas: CPURender.blas_node,
+    Par: CPURender.par_node, For: CPURender.for_node, Bind: CPURender.bind_node,
+    Hoist: CPURender.hoist_node, Let: CPURender.let_node, Fold: CPURender.fold_node,
+    Store: CPURender.store_node, Zero: CPURender.zero_node, ZeroSlice: CPURender.zero_slice_node,
+    Blocks: CPURender.blocks_node, Block: CPURender.block_node, Indices: CPURender.indices_node,
+    Adds: CPURender.adds_node}
 
 # x / d as (x * (1 / (d k))) * k with k a power of two, decided once per hoisted d: k = 1 unless
 # 1 / d is not a normal float32 (d subnormal: 1 / d overflows, 3e-39 / 1e-39 would be inf;

@@ -2,13 +2,14 @@
 renderer prints, a rule per node kind (`KERNEL_LINES`, `cpu_render.NODE_RULES`).
 
 A stage of its own is announced (`Alloc`: its arrays) and runs its own loops (`Scope`: the nodes
-of stageloops.py; a BLAS contraction or an accumulation, one `Opaque` node).  A shared prange
+of stageloops.py; a BLAS contraction, one `Blas` node).  A shared prange
 (loopnest.Loop, PRANGE) announces every member first, then one `Shared` loop in which each
 `Member` binds its parallel axes from the shared index and runs its serial loops.  Stages that
 fold together in its iteration (`Together`: ROW, SIBLINGS) share one loop nest, each node `In`
 its stage's environment: `Folds` steps several accumulators in one nest, `RowFold` folds a
-row's elements as they are stored.  Split sums sharing chunks (CHUNKS, STEPPED) are one
-`Opaque` node (cpu_fold.split_partials).
+row's elements as they are stored.  A row accumulation is `RowAcc`, `FoldRows`, `Finish`;
+split sums (alone, or sharing chunks: CHUNKS, with STEPPED riders) are their `Partials`, a
+prange over the chunks folding them (`ChunkFold`), then each one's `Combine`.
 
     Alloc(softmax_max_red1) Alloc(softmax_exp, joined, row buffer) ...
     Shared(prange(n))
@@ -26,7 +27,8 @@ from .loopnest import lines as nest_lines
 from ..te.expr import IterVar, Reduce
 from ..te.visit import walk
 from .plan import ComputeStage, Plan, ScatterStage
-from .stageloops import (LINES, Fold, Hoist, Let, SNode, Store, loops_over, inner_loops, reduce_groups,
+from .stageloops import (LINES, Fold, For, Hoist, Let, Par, SNode, Store, loops_over, inner_loops,
+                         reduce_groups,
                          scatter_loops, stage_loops)
 from .stageloops import lines as stage_lines
 
@@ -70,21 +72,17 @@ class Member:
 
 
 @dataclass(frozen=True)
-class Opaque:
-    """A stage, or stages folding together, that one renderer routine writes whole: `kind`
-    "blas" (a contraction), "accumulate" (row accumulation, split partial results), or
-    "chunks" (split sums sharing a chunk prange: `loop`); `text`, what it is."""
+class Blas:
+    """A contraction run as a BLAS matrix product (plan.Contraction): `text` says how."""
 
-    kind: str
-    stages: tuple[str, ...]
-    text: tuple[str, ...]
-    loop: Loop | None = None
+    stage: str
+    text: str
 
 
 @dataclass(frozen=True)
 class Together:
-    """Stages of a shared prange's iteration folding in one loop nest (loopnest.Loop of kind
-    ROW or SIBLINGS: its reason), `body` the nest."""
+    """Stages folding in one loop nest (loopnest.Loop of kind ROW or SIBLINGS, in a shared
+    prange's iteration; CHUNKS: split sums sharing a chunk prange), `body` the nest."""
 
     loop: Loop
     body: tuple[SNode | KNode, ...]
@@ -126,7 +124,62 @@ class RowFold:
     group: tuple[Reduce, ...]
 
 
-KNode = Alloc | Scope | Shared | Member | Opaque | Together | In | Folds | Narrow | RowFold
+@dataclass(frozen=True)
+class RowAcc:
+    """A local row of `stage`'s accumulators along `row` (its innermost data axis), each set to
+    the reduction's identity (row accumulation: plan.Accumulate)."""
+
+    stage: str
+    row: IterVar
+
+
+@dataclass(frozen=True)
+class FoldRows:
+    """Every term of `stage`'s reduction folded into its row: the reduce loops outside the row
+    loop (a wide sum's float32 row blocks, the innermost reduce loop unrolled, indices read from
+    data computed once per row: plan.Accumulate)."""
+
+    stage: str
+    row: IterVar
+
+
+@dataclass(frozen=True)
+class Finish:
+    """At each point of the row: the accumulator rounded, the init applied, the bodies stored."""
+
+    stage: str
+
+
+@dataclass(frozen=True)
+class Partials:
+    """Split sums: the chunk count and size of the split axis (computed at the call where it is
+    symbolic) and each stage's array of partial results, one per chunk."""
+
+    stages: tuple[str, ...]
+    chunks: int
+
+
+@dataclass(frozen=True)
+class ChunkFold:
+    """In a chunk of the split axis: each stage's terms folded into its partial result (`vector`:
+    scalar accumulators stepped like lanes; else its row), the STEPPED `riders` (their indices)
+    stepping scalar accumulators in the row loop."""
+
+    stages: tuple[str, ...]
+    riders: tuple[int, ...]
+    vector: bool
+    stepped: tuple[str, ...] = ()  # the STEPPED loops, printed
+
+
+@dataclass(frozen=True)
+class Combine:
+    """The partial results of `stage` combined in chunk order, then finished (`Finish`)."""
+
+    stage: str
+
+
+KNode = Alloc | Scope | Shared | Member | Blas | Together | In | Folds | Narrow | RowFold | \
+    RowAcc | FoldRows | Finish | Partials | ChunkFold | Combine
 
 
 def kernel_nodes(plan: Plan, node: Node) -> tuple[SNode | KNode, ...]:
@@ -137,9 +190,9 @@ def kernel_nodes(plan: Plan, node: Node) -> tuple[SNode | KNode, ...]:
         if isinstance(st, ScatterStage):
             own = scatter_loops(st)
         elif st.cpu.contraction is not None:
-            own = (Opaque("blas", (st.name,), (st.cpu.contraction.describe(),)),)
+            own = (Blas(st.name, st.cpu.contraction.describe()),)
         elif st.cpu.accumulate is not None:
-            own = (Opaque("accumulate", (st.name,), (st.cpu.accumulate.describe(),)),)
+            own = _accumulate(st) if st.cpu.accumulate.split is None else _split([st])
         else:
             own = stage_loops(st)
         return Alloc(st.name), Scope(st.name, own)
@@ -147,7 +200,10 @@ def kernel_nodes(plan: Plan, node: Node) -> tuple[SNode | KNode, ...]:
     allocs = tuple(Alloc(r.name, k > 0, r.place is Place.ROW_BUFFER)
                    for k, r in enumerate(members))
     if node.kind is LoopKind.CHUNKS:
-        return (*allocs, _opaque(node))
+        group = [st for r in members if isinstance(st := plan.stage(r.name), ComputeStage)]
+        steps = [(k, n) for k, n in enumerate(node.body) if isinstance(n, Loop)]
+        return (*allocs, Together(node, (In(group[0].name, _split(
+            group, tuple(k for k, _ in steps), tuple(nest_lines(tuple(n for _, n in steps), 1)))),)))
     body = []
     for child in node.body:
         refs_ = list(refs((child,))) if isinstance(child, Loop) and \
@@ -156,9 +212,9 @@ def kernel_nodes(plan: Plan, node: Node) -> tuple[SNode | KNode, ...]:
         assert isinstance(st, ComputeStage)
         inner: tuple[SNode | KNode, ...]
         if isinstance(child, Loop):
-            group = [plan.stage(r.name) for r in refs((child,))]
+            folding = [s for r in refs((child,)) if isinstance(s := plan.stage(r.name), ComputeStage)]
             inner = (Together(child, (_siblings if child.kind is LoopKind.SIBLINGS else _row)(
-                group)),)  # type: ignore[arg-type]
+                folding)),)
         else:
             inner = inner_loops(st, st.order[st.fused:])
         body.append(Member(tuple(r.name for r in refs_),
@@ -192,6 +248,32 @@ def _row(stages: list[ComputeStage]) -> tuple[SNode | KNode, ...]:
             In(st.name, (RowFold(e.order[e.fused], _store(e), group), _store(st)), e.name))
 
 
+def _accumulate(st: ComputeStage) -> tuple[SNode | KNode, ...]:
+    """Row accumulation: the data loops but the row (the leading ones a prange), a row of
+    accumulators, the reduce loops folding into it, then the row finished."""
+    row = st.cpu.accumulate.row  # type: ignore[union-attr]
+    assert row is not None
+    outer = [a for a in st.order if a is not row]
+    inner = (RowAcc(st.name, row), FoldRows(st.name, row), For(row, (Finish(st.name),)))
+    if st.parallel and st.fused:
+        return (Par(st.order[: st.fused], loops_over(outer[st.fused:], inner)),)
+    return loops_over(outer, inner)
+
+
+def _split(stages: list[ComputeStage], riders: tuple[int, ...] = (), stepped: tuple[str, ...] = ()
+           ) -> tuple[SNode | KNode, ...]:
+    """Split sums over the same chunks: their partial results, a prange over the chunks running
+    their data loops (but the row) and folds, then each one's partial results combined."""
+    st, acc = stages[0], stages[0].cpu.accumulate
+    assert acc is not None and acc.split is not None
+    folds = loops_over([a for a in st.order if a is not acc.row], (ChunkFold(
+        tuple(s.name for s in stages), riders, acc.vector, stepped),))
+    combine = [Scope(s.name, (Par(s.order[:1], loops_over(s.order[1:], (Combine(s.name),))),)
+                     if s.order else (Combine(s.name),)) for s in stages]
+    return (Partials(tuple(s.name for s in stages), acc.chunks),
+            Par((acc.split,), folds, acc.chunks), *combine)
+
+
 def _hoist(st: ComputeStage) -> Hoist:
     return Hoist(st.cpu.hoisted, st.cpu.reciprocals)
 
@@ -200,11 +282,6 @@ def _store(st: ComputeStage) -> Store:
     t = st.tensors[0]
     assert t is not None
     return Store(t, st.axes, st.bodies[0])
-
-
-def _opaque(loop: Loop) -> Opaque:
-    return Opaque(str(loop.kind), tuple(r.name for r in refs((loop,))),
-                  tuple(nest_lines((loop,), 0)), loop)
 
 
 def _names(n: Member | Scope) -> list[str]:
@@ -218,7 +295,17 @@ def _names(n: Member | Scope) -> list[str]:
 
 # each node's own line(s), with its reason (the stage's own nodes: stageloops.LINES)
 KERNEL_LINES: dict[type, Callable[[Any], list[str]]] = {
-    **LINES, Alloc: lambda n: [], Scope: _names, Member: _names, Opaque: lambda n: list(n.text),
+    RowAcc: lambda n: [f"a row of accumulators along {n.row.name}: the reduce loops outside it, "
+                       f"reads stream along it"],
+    FoldRows: lambda n: [f"fold every term into the row (reduce loops outside {n.row.name})"],
+    Finish: lambda n: [f"store {n.stage} from its accumulator"],
+    Partials: lambda n: [f"partial results of {', '.join(n.stages)}: {n.chunks} each"],
+    ChunkFold: lambda n: [f"fold the chunk's terms into {', '.join(n.stages)}'s partial results"
+                          + ("" if not n.vector else " (scalar accumulators stepped like lanes)")
+                          + (f"; {', '.join(n.stages[k] for k in n.riders)} step in its row loop"
+                             if n.riders else ""), *n.stepped],
+    Combine: lambda n: [f"{n.stage}: its partial results combined in chunk order, then stored"],
+    **LINES, Alloc: lambda n: [], Scope: _names, Member: _names, Blas: lambda n: [n.text],
     Shared: lambda n: nest_lines((n.loop,), 0)[:1], Together: lambda n: nest_lines((n.loop,), 0)[:1],
     In: lambda n: [], Narrow: lambda n: [],
     Folds: lambda n: ["fold " + ", ".join(f"{LINES[Fold](Fold(g, 1))[0][5:]} ({s})"

@@ -48,10 +48,12 @@ ZEROING = {Zeroing.OWN_SLICES: "the target in parallel, each prange iteration it
 
 @dataclass(frozen=True)
 class Par:
-    """One parallel loop over the flattened `axes` (a prange)."""
+    """One parallel loop over the flattened `axes` (a prange); `chunks` > 0: over that many
+    chunks of the one axis (a split sum's)."""
 
     axes: tuple[IterVar, ...]
-    body: tuple[SNode, ...]
+    body: tuple[Any, ...]  # (SNode, and lower.py's nodes)
+    chunks: int = 0
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class For:
     """A serial loop over `axis`'s range; `why` says what it is, where it is not plain."""
 
     axis: IterVar
-    body: tuple[SNode, ...]
+    body: tuple[Any, ...]  # (SNode, and lower.py's nodes)
     why: str = ""
 
 
@@ -264,7 +266,9 @@ LETS = {"h": "hoisted out of its reduction loops: {} (the same for every term)",
              "past which LLVM would load and compute them again)"}
 # each node's own line(s), with its reason; `lines` prints a node's body beneath it
 LINES: dict[type, Callable[[Any], list[str]]] = {
-    Par: lambda n: [f"prange({'' if len(n.axes) == 1 else 'fused '}"
+    Par: lambda n: [f"prange({n.chunks} chunks of {n.axes[0].name}): each chunk's partial "
+                    f"results of its own" if n.chunks else
+                    f"prange({'' if len(n.axes) == 1 else 'fused '}"
                     f"{' * '.join(a.name for a in n.axes)}): the leading axes, one parallel loop "
                     f"(distinct points write distinct elements)"],
     For: lambda n: [f"for {n.axis.name} in {_range(n.axis)}" + (f": {n.why}" if n.why else "")],
