@@ -137,3 +137,19 @@ def test_split_column_sums_lower_to_partials_a_chunk_prange_and_their_combine():
     assert re.search(r"for y_c in prange\(16\):", k_.source), k_.source
     xs = np.random.default_rng(2).standard_normal((80_000, 32)).astype(np.float32)
     np.testing.assert_allclose(k_(xs)[0], xs.astype(np.float64).sum(0), rtol=1e-5, atol=1e-3)
+
+
+def test_a_cuda_plan_lowers_each_stage_to_its_kernel_tree():
+    from texpr_ad.kernels.backends import backend
+    from texpr_ad.schedule import cuda
+    from texpr_ad.schedule.planner import plan_stages
+    x = te.placeholder((64, 128), "float32", name="x")
+    plan = backend("cuda").refine(plan_stages([ew.softmax(x)], [x]), None)
+    trees = [cuda.stage_nodes(s) for s in plan.stages]
+    assert all(isinstance(t[0], cuda.Grid) for t in trees), trees
+    assert sum(isinstance(n, Fold) for t in trees for n in _walk(t)) == 2
+    assert _in_order(str(plan), ["kernels (one per stage", "k_softmax_max_red1",
+                                 "grid-stride over i0: one thread per point", "fold max over k",
+                                 "store softmax_max_red1[i0]"]), plan
+    src = backend("cuda").renderer().render(plan)
+    assert src.count("in range(cuda.grid(1), ") == len(plan.stages), src

@@ -18,7 +18,8 @@ from ..schedule.stageloops import (Adds, Bind, Block, Blocks, Fold, For, Hoist, 
 from ..te.expr import Expr, IterVar, Read, Reduce, always, is_zero
 from ..te.visit import walk
 from .cpu_fold import LANE_STEP, CPUFold
-from .render import CHECK_NAME, ERR_NAME, KERNEL_NAME, describe_stage, is_placeholder, np_dtype, top
+from .render import (CHECK_NAME, ERR_NAME, KERNEL_NAME, RenderPass, describe_stage, is_placeholder,
+                     np_dtype, top)
 
 
 class CPURender(CPUFold):
@@ -152,12 +153,6 @@ class CPURender(CPUFold):
             self.names.by_key[("t", id(v))] = name = self.names.fresh(v.name)
             self.emit(depth, f"{name} = {self.tensor(base)}.reshape({self.shape(list(v.shape))})")
 
-    def nodes(self, depth: int, nodes: Sequence[SNode | KNode], st: Stage, env: dict[Expr, str]
-              ) -> None:
-        """A stage's loop-nest tree (stageloops.py), each node by its rule in NODE_RULES."""
-        for n in nodes:
-            NODE_RULES[type(n)](self, n, depth, st, env)  # type: ignore[operator]
-
     def par_node(self, n: Par, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
         if n.chunks:  # a split sum's chunks
             self.chunk = self.names.fresh(f"{st.name}_c")
@@ -165,15 +160,6 @@ class CPURender(CPUFold):
             self.nodes(depth + 1, n.body, st, env)
             return
         self.nodes(self.parallel_nest(depth, n.axes, st.name), n.body, st, env)
-
-    def for_node(self, n: For, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
-        self.range_loop(depth, n.axis, {})
-        self.nodes(depth + 1, n.body, st, env)
-
-    def bind_node(self, n: Bind, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
-        sp = n.split
-        self.emit(depth, f"{self.axis(sp.axis)} = {sp.factor} * {self.axis(sp.hi)} + "
-                         f"{self.axis(sp.lo)}")
 
     def hoist_node(self, n: Hoist, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
         """Values the serial loops do not change (`softmax_max[i]`, `log(s[i])` in a row loop
@@ -199,15 +185,11 @@ class CPURender(CPUFold):
                 self.emit(depth, f"{name} = {top(self.expr(e, env))}")
                 env[e] = name
 
-    def fold_node(self, n: Fold, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
+    def fold_node(self, n: Fold, depth: int, st: Stage, env: dict[Expr, str]) -> None:
         if n.lanes > 1:
             self.lane_reduction(depth, list(n.group), env, st.name, n.lanes)
         else:
             self.reduction(depth, list(n.group), env, st.name)
-
-    def store_node(self, n: Store, depth: int, st: Stage, env: dict[Expr, str]) -> None:
-        idx = [self.axis(a) for a in n.index]
-        self.emit(depth, f"{self.index(n.tensor, idx)} = {top(self.expr(n.value, env))}")
 
     def together_node(self, n: Together, depth: int, st: Stage, env: dict[Expr, str]) -> None:
         self.nodes(depth, n.body, st, env)
@@ -372,21 +354,20 @@ class CPURender(CPUFold):
 
 ZERO_CHUNK = 1 << 14  # elements a prange iteration zeroes in a parallel scatter's target
 
-# how each node of the plan's loop trees is rendered: those of several stages (schedule/lower.py),
-# then a stage's own (schedule/stageloops.py)
-NODE_RULES = {
+# how each node of the plan's loop trees is rendered: the rules both targets share (render.py),
+# those of several stages (schedule/lower.py), then a stage's own (schedule/stageloops.py)
+NODE_RULES = CPURender.NODE_RULES = {
+    **RenderPass.NODE_RULES,
     Alloc: CPURender.alloc_node, Scope: CPURender.scope_node, Shared: CPURender.shared_node,
     Member: CPURender.member_node, Together: CPURender.together_node, In: CPURender.in_node,
     Folds: CPURender.folds_node, Narrow: CPURender.narrow_node, RowFold: CPURender.rowfold_node,
     RowAcc: CPURender.row_acc_node, FoldRows: CPURender.fold_rows_node,
     Finish: CPURender.finish_node, Partials: CPURender.partials_node,
     ChunkFold: CPURender.chunk_fold_node, Combine: CPURender.combine_node,
-    Blas: CPURender.blas_node,
-    Par: CPURender.par_node, For: CPURender.for_node, Bind: CPURender.bind_node,
-    Hoist: CPURender.hoist_node, Let: CPURender.let_node, Fold: CPURender.fold_node,
-    Store: CPURender.store_node, Zero: CPURender.zero_node, ZeroSlice: CPURender.zero_slice_node,
-    Blocks: CPURender.blocks_node, Block: CPURender.block_node, Indices: CPURender.indices_node,
-    Adds: CPURender.adds_node}
+    Blas: CPURender.blas_node, Par: CPURender.par_node, Hoist: CPURender.hoist_node,
+    Let: CPURender.let_node, Fold: CPURender.fold_node, Zero: CPURender.zero_node,
+    ZeroSlice: CPURender.zero_slice_node, Blocks: CPURender.blocks_node,
+    Block: CPURender.block_node, Indices: CPURender.indices_node, Adds: CPURender.adds_node}
 
 # x / d as (x * (1 / (d k))) * k with k a power of two, decided once per hoisted d: k = 1 unless
 # 1 / d is not a normal float32 (d subnormal: 1 / d overflows, 3e-39 / 1e-39 would be inf;

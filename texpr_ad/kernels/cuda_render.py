@@ -17,9 +17,10 @@ from typing import Any, Sequence
 
 from ..schedule.checks import node_checks
 from ..schedule.contraction import Role, SumOfProduct, normal_form
-from ..schedule.cuda import rectangular_prefix
+from ..schedule.cuda import Grid, Single, rectangular_prefix, stage_nodes
+from ..schedule.stageloops import stores
 from ..schedule.nest import const_int
-from ..schedule.plan import ComputeStage, CudaStrategy, Plan, ScatterStage, Tile, wide_sum
+from ..schedule.plan import ComputeStage, CudaStrategy, Plan, ScatterStage, Stage, Tile, wide_sum
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, always
 from ..te.ops import Op
 from ..te.visit import walk
@@ -250,29 +251,17 @@ class _CudaRender(RenderPass):
             return self.block_compute(st, parts)[0]
         if how is CudaStrategy.TILE:
             return self.tile_compute(st, normal_form(st))  # type: ignore[arg-type]
-        depth, serial = 1, st.order
-        if how is CudaStrategy.THREAD:
-            self.loop_lines = self.r.parallel_loop
-            depth = self.parallel_nest(depth, st.order[: st.fused], st.name)
-            serial = st.order[st.fused:]
-        else:
-            self.emit(1, self.r.single_guard)
-            depth = 2
-        for a in serial:
-            self.range_loop(depth, a, {})
-            depth += 1
-        env: dict[Expr, str] = {}
-        for red in reduce_groups(st.bodies):
-            self.reduction(depth, red, env, st.name)
-        self.store(depth, st, env)
+        self.nodes(1, stage_nodes(st), st, {})
         points = " * ".join(top(self.expr(a.extent, {})) for a in st.order[: st.fused]) or "1"
         return f"launch({{k}}, {points}, 0)" if how is CudaStrategy.THREAD else "launch({k}, 1, 1)"
 
-    def store(self, depth: int, st: ComputeStage, env: dict[Expr, str]) -> None:
-        idx = [self.axis(a) for a in st.axes]
-        for t, b in zip(st.tensors, st.bodies, strict=True):
-            if t is not None:
-                self.emit(depth, f"{self.index(t, idx)} = {top(self.expr(b, env))}")
+    def grid_node(self, n: Grid, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        self.loop_lines = self.r.parallel_loop
+        self.nodes(self.parallel_nest(depth, n.axes, st.name), n.body, st, env)
+
+    def single_node(self, n: Single, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        self.emit(depth, self.r.single_guard)
+        self.nodes(depth + 1, n.body, st, env)
 
     def block_compute(self, st: ComputeStage, parts: Sequence[tuple[str, str]] = (),
                       partial: bool = False) -> tuple[str, list[tuple[str, str]]]:
@@ -381,7 +370,7 @@ class _CudaRender(RenderPass):
             return (f"launch({{k}}, ({points}) * {split}, {self.r.reduce_block})",
                     [p for gp in group_parts for p in gp])
         self.emit(depth, f"if {tid} == 0:")
-        self.store(depth + 1, st, env)
+        self.nodes(depth + 1, stores(st), st, env)
         return f"launch({{k}}, {points}, {self.r.reduce_block})", []
 
     def tile_compute(self, st: ComputeStage, f: SumOfProduct) -> str:
@@ -526,3 +515,7 @@ def _unique(ts: Sequence) -> list:
 def _count(axes: Sequence[IterVar]) -> int:
     """The static number of points of `axes` (1 for none)."""
     return math.prod(const_int(a.extent) or 1 for a in axes)
+
+
+_CudaRender.NODE_RULES = {**RenderPass.NODE_RULES, Grid: _CudaRender.grid_node,
+                          Single: _CudaRender.single_node}

@@ -26,8 +26,8 @@ from ..te.bounds import Verdict, dead, dim_verdict, facts
 from ..te.printer import expr_str
 from ..te.tensor import ScatterUpdate, Tensor
 from ..te.visit import children, walk
-from ..schedule.plan import ComputeStage, Plan, ScatterStage, wide_sum
-from ..schedule.stageloops import reduce_groups
+from ..schedule.plan import ComputeStage, Plan, ScatterStage, Stage, wide_sum
+from ..schedule.stageloops import Bind, Fold, For, Store, reduce_groups
 
 KERNEL_NAME = "texpr_kernel"
 NEST_LIMIT = 24  # deeper subexpressions are bound to locals (Python's parser stops at 200 parens)
@@ -450,6 +450,30 @@ class RenderPass:
         res = [self.expr(x, cenv) for x in comb.result]
         res = [top(res[0])] if len(res) == 1 else res
         self.emit(depth, f"{', '.join(dest)} = {', '.join(res)}")
+    # -- loop trees (schedule/stageloops.py): the rules both targets share -------------------------
+    NODE_RULES: dict[type, Callable[..., None]]  # by node kind; each target's pass adds its own
+
+    def nodes(self, depth: int, nodes: Sequence[object], st: Stage, env: dict[Expr, str]) -> None:
+        """Nodes of the plan's loop trees, each by its rule in `NODE_RULES`."""
+        for n in nodes:
+            self.NODE_RULES[type(n)](self, n, depth, st, env)
+
+    def for_node(self, n: For, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        self.range_loop(depth, n.axis, {})
+        self.nodes(depth + 1, n.body, st, env)
+
+    def bind_node(self, n: Bind, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        sp = n.split
+        self.emit(depth, f"{self.axis(sp.axis)} = {sp.factor} * {self.axis(sp.hi)} + "
+                         f"{self.axis(sp.lo)}")
+
+    def fold_node(self, n: Fold, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        self.reduction(depth, list(n.group), env, st.name)
+
+    def store_node(self, n: Store, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        idx = [self.axis(a) for a in n.index]
+        self.emit(depth, f"{self.index(n.tensor, idx)} = {top(self.expr(n.value, env))}")
+
     # -- checks and scatter updates ---------------------------------------------------------------
     def check(self, i: str, n: str, site: str) -> str:
         """`i`, checked against the bound `n` at run time (indices not proven in bounds when
@@ -604,3 +628,7 @@ def describe_stage(st: ComputeStage, joined: bool = False) -> str:
     red = "; reduction" if reduce_groups(st.bodies) else ""
     inl = f"; inlined {', '.join(st.inlined)}" if st.inlined else ""
     return f"{loops}{red}{inl}"
+
+
+RenderPass.NODE_RULES = {For: RenderPass.for_node, Bind: RenderPass.bind_node,
+                         Fold: RenderPass.fold_node, Store: RenderPass.store_node}

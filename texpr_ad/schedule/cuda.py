@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from ..te.expr import Const, Expr, IterVar, Reduce, is_zero
@@ -27,6 +27,8 @@ from .checks import node_checks
 from .contraction import Role, SumOfProduct, normal_form
 from .nest import const_int, extent_product
 from .plan import ComputeStage, CudaStagePlan, CudaStrategy, Plan, ScatterStage, Stage, Tile
+from .stageloops import LINES, inner_loops
+from .stageloops import lines as stage_lines
 
 BLOCK_MAX_POINTS = 4096   # block reduction only if the stage has at most this many output points
 BLOCK_MIN_REDUCE = 256    # ... and each point reduces over at least this many iterations
@@ -166,6 +168,48 @@ def _note(st: Stage) -> str:
             return (f"cuda: grid-stride over {' * '.join(a.name for a in st.order[:n])}, "
                     f"cuda.atomic.add (a true scatter)")
     return "cuda: a single thread runs this stage"
+
+
+@dataclass(frozen=True)
+class Grid:
+    """One thread per point of the flattened `axes`: a grid-stride loop (THREAD)."""
+
+    axes: tuple[IterVar, ...]
+    body: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Single:
+    """`body` run by one thread of the grid (SINGLE)."""
+
+    body: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A stage's kernel as its strategy writes it whole (BLOCK, TILE, a scatter's)."""
+
+    note: str
+
+
+def stage_nodes(st: Stage) -> tuple[Any, ...]:
+    """A refined stage's loop tree: a THREAD stage's grid-stride loop or a SINGLE one's thread
+    over its own loops (stageloops.inner_loops), else its strategy's kernel."""
+    how = strategy(st)
+    if isinstance(st, ComputeStage) and how is CudaStrategy.THREAD:
+        return (Grid(st.order[: st.fused], inner_loops(st, st.order[st.fused:])),)
+    if isinstance(st, ComputeStage) and how is CudaStrategy.SINGLE:
+        return (Single(inner_loops(st, st.order)),)
+    return (Kernel(_note(st)),)
+
+
+def lines(plan: Plan) -> list[str]:
+    """The plan's kernels, one per stage, each with its loop tree."""
+    table = {**LINES, Grid: lambda n: [f"grid-stride over {' * '.join(a.name for a in n.axes)}"
+                                       f": one thread per point"],
+             Single: lambda n: ["one thread of the grid"], Kernel: lambda n: [n.note]}
+    return [x for st in plan.stages for x in [f"  k_{st.name}", *stage_lines(
+        stage_nodes(st), 2, table)]]
 
 
 def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:

@@ -475,8 +475,10 @@ class Plan:
                  f"  symbolic dims (bound from input shapes): "
                  f"{', '.join(v.name for v in self.params) or '-'}",
                  f"  accumulation: {self.accumulation}"]
-        from . import lower  # (it lowers plans: a cycle at import time)
-        if self.target != "cuda":  # (a CUDA stage's note says how it runs: schedule/cuda.py)
+        from . import cuda, lower  # (they lower plans: a cycle at import time)
+        if self.target == "cuda":
+            lines += ["", "kernels (one per stage, each with its loops):", *cuda.lines(self)]
+        else:
             lines += ["", "loop nest (the loops stages share, with each stage's own beneath it):",
                       *lower.lines(self)]
         for s in self.stages:

@@ -188,14 +188,14 @@ def inner_loops(st: ComputeStage, serial: Sequence[IterVar]) -> tuple[SNode, ...
         folds += (*((Let(shared, "h"),) if shared else ()), Fold(tuple(g), c.lanes))
     if c.ranges is not None:
         rs = c.ranges
-        stores: tuple[SNode, ...] = tuple(
-            For(ax, _stores(st, bodies, {rs.axis: ax}), f"index split: {rs.describe()}" if k == 0
+        stored: tuple[SNode, ...] = tuple(
+            For(ax, stores(st, bodies, {rs.axis: ax}), f"index split: {rs.describe()}" if k == 0
                 else "")
             for k, (ax, bodies) in enumerate(rs.pieces))
         serial = serial[:-1]
     else:
-        stores = _stores(st, st.bodies, {})
-    body = (*folds, *stores)
+        stored = stores(st)
+    body = (*folds, *stored)
     sp = c.split
     for a in reversed(serial):
         if sp is not None and a is sp.axis:
@@ -231,10 +231,12 @@ def loops_over(axes: Sequence[IterVar], body: tuple[Any, ...]) -> tuple[Any, ...
     return body
 
 
-def _stores(st: ComputeStage, bodies: Sequence[Expr], at: dict[IterVar, IterVar]
-            ) -> tuple[SNode, ...]:
+def stores(st: ComputeStage, bodies: Sequence[Expr] | None = None,
+           at: dict[IterVar, IterVar] | None = None) -> tuple[SNode, ...]:
+    """A Store per body of `st` (`bodies`, or its own), at its axes (`at` renames some)."""
+    at = at or {}
     return tuple(Store(t, tuple(at.get(a, a) for a in st.axes), b)
-                 for t, b in zip(st.tensors, bodies, strict=True) if t is not None)
+                 for t, b in zip(st.tensors, bodies or st.bodies, strict=True) if t is not None)
 
 
 def _range(a: IterVar) -> str:
