@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from ..schedule.checks import node_checks
 from ..schedule.contraction import Role, SumOfProduct, normal_form
 from ..schedule.cuda import Grid, Single, rectangular_prefix, stage_nodes
-from ..schedule.stageloops import stores
+from ..schedule.stageloops import Adds, stores
 from ..schedule.nest import const_int
 from ..schedule.plan import ComputeStage, CudaStrategy, Plan, ScatterStage, Stage, Tile, wide_sum
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, always
@@ -460,25 +460,21 @@ class _CudaRender(RenderPass):
     def scatter(self, st: ScatterStage) -> str:
         how = st.cuda.strategy  # type: ignore[union-attr]
         self.emit(1, f"# stage {st.name}: scatter-add, {how}")
-        depth, serial = 1, st.order
-        if how in (CudaStrategy.INJECTIVE, CudaStrategy.ATOMIC):
-            n = 1 if how is CudaStrategy.INJECTIVE else rectangular_prefix(st.order)
-            self.loop_lines = self.r.parallel_loop
-            depth = self.parallel_nest(1, st.order[:n], st.name)
-            serial = st.order[n:]
-            points = " * ".join(top(self.expr(a.extent, {})) for a in st.order[:n])
-        else:
-            self.emit(1, self.r.single_guard)
-            depth, points = 2, ""
-        for d, idx, value in self.scatter_updates(depth, st, serial):
-            if how is CudaStrategy.ATOMIC:
+        self.nodes(1, stage_nodes(st), st, {})
+        n = 1 if how is CudaStrategy.INJECTIVE else rectangular_prefix(st.order)
+        points = " * ".join(top(self.expr(a.extent, {})) for a in st.order[:n])
+        return f"launch({{k}}, {points}, 0)" if how is not CudaStrategy.SINGLE else \
+            "launch({k}, 1, 1)"
+
+    def adds_node(self, n: Adds, depth: int, st: ScatterStage, env: dict[Expr, str]) -> None:
+        """Each update's `+=`: an atomic add where points may collide (ATOMIC)."""
+        for d, idx, value in self.scatter_updates(depth, st, (), None, env):
+            if st.cuda.strategy is CudaStrategy.ATOMIC:  # type: ignore[union-attr]
                 index = idx[0] if len(idx) == 1 else f"({', '.join(idx) or '0'})"
                 self.emit(d, self.r.atomic_add.format(array=self.tensor(st.tensor), index=index,
                                                       value=value))
             else:
                 self.emit(d, self.r.scatter_add.format(target=self.index(st.tensor, idx), value=value))
-        return f"launch({{k}}, {points}, 0)" if points else "launch({k}, 1, 1)"
-
 
 def t_shape(st: ComputeStage | ScatterStage) -> list[Expr]:
     return list(st.shape) if isinstance(st, ScatterStage) else [a.extent for a in st.axes]
@@ -518,4 +514,4 @@ def _count(axes: Sequence[IterVar]) -> int:
 
 
 _CudaRender.NODE_RULES = {**RenderPass.NODE_RULES, Grid: _CudaRender.grid_node,
-                          Single: _CudaRender.single_node}
+                          Single: _CudaRender.single_node, Adds: _CudaRender.adds_node}

@@ -27,7 +27,7 @@ from .checks import node_checks
 from .contraction import Role, SumOfProduct, normal_form
 from .nest import const_int, extent_product
 from .plan import ComputeStage, CudaStagePlan, CudaStrategy, Plan, ScatterStage, Stage, Tile
-from .stageloops import LINES, inner_loops
+from .stageloops import LINES, Adds, inner_loops, loops_over
 from .stageloops import lines as stage_lines
 
 BLOCK_MAX_POINTS = 4096   # block reduction only if the stage has at most this many output points
@@ -194,12 +194,18 @@ class Kernel:
 
 def stage_nodes(st: Stage) -> tuple[Any, ...]:
     """A refined stage's loop tree: a THREAD stage's grid-stride loop or a SINGLE one's thread
-    over its own loops (stageloops.inner_loops), else its strategy's kernel."""
+    over its own loops (stageloops.inner_loops), a scatter's updates over its loops (INJECTIVE,
+    ATOMIC: the leading ones a grid-stride loop), else its strategy's kernel (BLOCK, TILE)."""
     how = strategy(st)
     if isinstance(st, ComputeStage) and how is CudaStrategy.THREAD:
         return (Grid(st.order[: st.fused], inner_loops(st, st.order[st.fused:])),)
     if isinstance(st, ComputeStage) and how is CudaStrategy.SINGLE:
         return (Single(inner_loops(st, st.order)),)
+    if isinstance(st, ScatterStage):  # its updates over its loops, the leading ones the grid's
+        n = {CudaStrategy.INJECTIVE: 1, CudaStrategy.ATOMIC: rectangular_prefix(st.order)}.get(how)
+        if n is None:
+            return (Single(loops_over(st.order, (Adds(),))),)
+        return (Grid(st.order[:n], loops_over(st.order[n:], (Adds(),))),)
     return (Kernel(_note(st)),)
 
 
@@ -207,6 +213,8 @@ def lines(plan: Plan) -> list[str]:
     """The plan's kernels, one per stage, each with its loop tree."""
     table = {**LINES, Grid: lambda n: [f"grid-stride over {' * '.join(a.name for a in n.axes)}"
                                        f": one thread per point"],
+             Adds: lambda n: ["target[index] += value for each update, under its condition "
+                              "(cuda.atomic.add where points may collide)"],
              Single: lambda n: ["one thread of the grid"], Kernel: lambda n: [n.note]}
     return [x for st in plan.stages for x in [f"  k_{st.name}", *stage_lines(
         stage_nodes(st), 2, table)]]
