@@ -1,5 +1,5 @@
 """Scatter blocking (schedule/cpu_scatter.scatter_block) and the index dims computed once before the
-block loop (the plan's `hoisted`: an Indices node of its loop tree, schedule/stageloops.py).  Decisions on the plan and the source;
+block loop (the plan's `block_indices`: an Indices node of its loop tree, schedule/stageloops.py).  Decisions on the plan and the source;
 results against float64 NumPy; a bad index still raises.  No timing."""
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _segment_grad(d: int):
 def test_a_scatter_over_columns_runs_blocks_of_them_innermost(d, block):
     k = _segment_grad(d)
     assert f"blocks of {block} k values per prange iteration, k innermost" in str(k.plan), str(k.plan)
-    assert [str(e) for e in k.plan.stage("dx").cpu.hoisted] == ["r"], str(k.plan)
+    assert [str(e) for e in k.plan.stage("dx").cpu.block_indices] == ["r"], str(k.plan)
     assert "hoisted: r (loop-invariant: computed once before the block loops" in str(k.plan)
     lines = k.source.splitlines()
     at = next(n for n, ln in enumerate(lines) if "for k in range(" in ln)
@@ -51,14 +51,14 @@ def test_a_scatter_over_columns_runs_blocks_of_them_innermost(d, block):
 
 def test_the_renderer_hoists_only_what_the_plan_says():
     """A plan changed by hand to hoist nothing computes the row index inside the block loop:
-    same values (the renderer follows the plan's `hoisted`, it does not decide)."""
+    same values (the renderer follows the plan's `block_indices`, it does not decide)."""
     from dataclasses import replace
 
     from texpr_ad.kernels.cpu_kernel import CpuKernel
     from texpr_ad.schedule.plan import with_cpu
     k = _segment_grad(64)
     st = k.plan.stage("dx")
-    plain = CpuKernel(replace(k.plan, stages=tuple(with_cpu(s, hoisted=()) if s is st else s
+    plain = CpuKernel(replace(k.plan, stages=tuple(with_cpu(s, block_indices=()) if s is st else s
                                                    for s in k.plan.stages)))
     lines = plain.source.splitlines()
     at = next(n for n, ln in enumerate(lines) if "for k in range(" in ln)

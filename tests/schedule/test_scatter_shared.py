@@ -1,6 +1,6 @@
 """What every update of a scatter computes from the same loads at a point is computed once per
 point, before the first update's store (schedule/cpu_scatter.shared_values: the plan's
-`hoisted`, spelled by kernels/render.scatter_updates).  Bilinear grid sampling's input gradient
+`shared`: a Let node of its loop tree, schedule/stageloops.py).  Bilinear grid sampling's input gradient
 (four taps sharing floor(grid ...) and the weights), resizing's (four unconditional taps sharing
 the incoming gradient) and max pooling's (alternative updates: nothing hoisted).  Decisions on
 the plan and the source, gradients against float64 NumPy.  No timing."""
@@ -94,7 +94,7 @@ def test_the_taps_share_the_coordinates_and_weights(dtype):
     or calls floor again."""
     k = _grid_sample_grad(8, dtype)
     st = k.plan.stage("dx")
-    hoisted = [str(e) for e in st.cpu.hoisted]
+    hoisted = [str(e) for e in st.cpu.shared]
     assert sum("floor(" in h and h.endswith('.astype("int32")') for h in hoisted) == 2, hoisted
     assert sum(h.count("floor(") == 1 and " - floor(" in h for h in hoisted) == 2, hoisted
     assert "(shared by the updates: computed once per point before their stores" in str(k.plan)
@@ -132,7 +132,7 @@ def test_unconditional_taps_share_their_load():
     (dx,) = ta.grad(y, [x], head=head)
     k = ta.build([dx], [head])
     st = k.plan.stages[-1]
-    assert [str(e) for e in st.cpu.hoisted] == ["head[b, f, y, x]"], str(k.plan)
+    assert [str(e) for e in st.cpu.shared] == ["head[b, f, y, x]"], str(k.plan)
     r = np.random.default_rng(5)
     hs = r.standard_normal((n, c, oh, ow))
     basis = np.eye(h * w).reshape(h * w, 1, h, w)  # the forward's matrix, a column per pixel
@@ -149,7 +149,7 @@ def test_alternative_updates_keep_their_loads_behind_their_conditions():
     fwd, bwd = ta.vjp([max_pool2d(x, 3, 2, 1)], [x])
     k = fwd.pullback.backward_kernel
     scatters = [s for s in k.plan.stages if isinstance(s, ScatterStage)]
-    assert scatters and all(not s.cpu.hoisted for s in scatters), str(k.plan)
+    assert scatters and all(not s.cpu.shared for s in scatters), str(k.plan)
     r = np.random.default_rng(6)
     xs, hs = r.standard_normal((2, 3, 8, 8)), r.standard_normal((2, 3, 4, 4))  # no ties
     _, res = fwd(xs)

@@ -1,7 +1,6 @@
 """CPU strategies of a scatter stage (refine step 8): how its target is zeroed, whether its
-parallel axis runs in blocks, and what its updates share computed once per point.  All are plan
-decisions (`CpuStagePlan.zero`, `.block`, `.hoisted`), printed with their reasons; the renderer
-spells them out."""
+parallel axis runs in blocks, and what its updates share computed once per point (`CpuStagePlan.
+zero`, `.block`, `.block_indices`, `.shared`: nodes of its loop tree, stageloops.scatter_loops)."""
 from __future__ import annotations
 
 from collections import Counter
@@ -56,12 +55,12 @@ def scatter_block(st: ScatterStage) -> ScatterStage:
                             and not isinstance(i, Const))  # (a condition may guard the index)
     block = min(n, SCATTER_GATHER_BLOCK) if st.gathers_rows else \
         SCATTER_BLOCK if n >= 2 * SCATTER_BLOCK else CACHE_LINE_F32
-    return _cpu(st, block=block, hoisted=tuple(hoisted))
+    return _cpu(st, block=block, block_indices=tuple(hoisted))
 
 
 def shared_values(st: ScatterStage) -> ScatterStage:
     """What every update of a scatter computes from the same loads at a point, computed once
-    per point before the first update (`hoisted`): each update stores, and past a store LLVM
+    per point before the first update (`shared`): each update stores, and past a store LLVM
     loads the tensors again (the target might alias them) and computes it all again.  Grid
     sampling's four taps each recomputed floor(grid[b, i, j, 1] ...) and the bilinear weights
     in their bounds tests, indices and values (input gradient, 1 thread: 7.7 -> 4.2 ms).
@@ -71,7 +70,7 @@ def shared_values(st: ScatterStage) -> ScatterStage:
     are proven in bounds (cpu_invariants.safe_reads): a coordinate, a weight.  Loads and
     integer index arithmetic behind conditions stay there (max_pool's backward, whose two
     updates are alternatives rarely taken: hoisting its shared loads made it 3.3 -> 4.9 ms).
-    Not for blocked scatters (their `hoisted` are index dims computed before the block loop)."""
+    Not for blocked scatters (their `block_indices` are computed before the block loop)."""
     if st.cpu.block or len(st.updates) < 2:
         return st
     every = len(st.updates)
@@ -90,7 +89,7 @@ def shared_values(st: ScatterStage) -> ScatterStage:
             stack.extend(reversed(children(e)))
     if not found:
         return st
-    return _cpu(st, hoisted=tuple(sorted(found, key=lambda e: sum(1 for _ in walk(e)))))
+    return _cpu(st, shared=tuple(sorted(found, key=lambda e: sum(1 for _ in walk(e)))))
 
 
 def _unguarded(cond: Expr, more: set[Expr]) -> set[Expr]:

@@ -239,23 +239,25 @@ class CudaStrategy(Kind):
 
 @dataclass(frozen=True)
 class CpuStagePlan:
-    """The CPU refine step's decisions for one stage (None fields: not taken).
+    """The CPU refine step's decisions for one stage (None: not taken), each one directive
+    independent of the others, as Halide's; stageloops and lower make its loop tree.
 
     Compute stages: `contraction` (a BLAS matrix product), `accumulate` (row
     accumulation / split partial sums), `lanes` (> 1: the reduction's accumulation may
     regroup into SIMD lanes), `split` (the innermost loop axis runs as two loops, axis =
     factor * hi + lo, as the bodies use it only as axis // factor and axis % factor: a
     reshape's unflattening), `ranges` (the innermost loop runs once per range of its selects'
-    breakpoints, each body with the selects resolved), `hoisted` (loop-invariant values computed once before the
-    serial loops, in order), `reciprocals` (hoisted float32 divisors whose quotients
-    become products with the reciprocal) and `fold_hoisted` (values a reduction's terms share,
-    computed once before its loops).  Scatter stages: `block` (prange over blocks of
-    that many values of the parallel axis, innermost; `hoisted` are then index dims computed
-    before the block loop, else values the updates share, computed once per point before
-    them), `zero` (how the target is zeroed).  Both: `workspace` (the stage's
-    intermediates passed in as preallocated arrays, reused across calls); `views` ((view,
-    input) pairs: the stage reads the input reshaped, reorder.collapse_reductions).  Which stages
-    share a loop is not a stage decision: it is the plan's `nest` (loopnest.py).
+    breakpoints, each body with the selects resolved), `hoisted` (loop-invariant values
+    computed once before the serial loops, in order), `reciprocals` (hoisted float32 divisors
+    whose quotients become products with the reciprocal) and `fold_hoisted` (values a
+    reduction's terms share, computed once before its loops).  Scatter stages: `block`
+    (prange over blocks of that many values of the parallel axis, innermost), `block_indices`
+    (index dims computed and checked before the block loop), `shared` (values the updates
+    share, computed once per point before them), `zero` (how the target is zeroed).  Both:
+    `workspace` (the stage's intermediates passed in as preallocated arrays, reused across
+    calls); `views` ((view, input) pairs: the stage reads the input reshaped,
+    reorder.collapse_reductions).  Which stages share a loop is not a stage decision: it is
+    the plan's `nest` (loopnest.py).
     """
 
     contraction: Contraction | None = None
@@ -264,6 +266,8 @@ class CpuStagePlan:
     split: Split | None = None
     ranges: IndexSplit | None = None
     hoisted: tuple[Expr, ...] = ()
+    shared: tuple[Expr, ...] = ()
+    block_indices: tuple[Expr, ...] = ()
     reciprocals: tuple[Expr, ...] = ()
     fold_hoisted: tuple[Expr, ...] = ()
     block: int = 0

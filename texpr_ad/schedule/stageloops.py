@@ -213,11 +213,11 @@ def scatter_loops(st: ScatterStage) -> tuple[SNode, ...]:
     """The loop nest of a scatter: its target zeroed, then its loops (a prange over its
     parallel axis, or over blocks of it; serial otherwise) and its updates."""
     c, p = st.cpu, st.parallel_axis
-    shared: tuple[SNode, ...] = (Let(c.hoisted, "s"),) if c.hoisted and not c.block else ()
+    shared: tuple[SNode, ...] = (Let(c.shared, "s"),) if c.shared else ()
     adds: tuple[SNode, ...] = (Adds(),)
     if p is not None and c.block:
         return (Zero(c.zero), Blocks(p, c.block, loops_over(st.order[1:], (
-            Indices(c.hoisted), Block(p, adds)))))
+            Indices(c.block_indices), Block(p, adds)))))
     if p is not None:
         own = (ZeroSlice(),) if c.zero is Zeroing.OWN_SLICES else ()
         return (Zero(c.zero), Par(st.order[:1], (*own, *loops_over(st.order[1:], (*shared, *adds)))))
