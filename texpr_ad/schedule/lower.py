@@ -22,14 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .loopnest import PLACES, Loop, LoopKind, Node, Place, StageRef, refs
-from .loopnest import lines as nest_lines
 from ..te.expr import IterVar, Reduce
 from ..te.visit import walk
+from .loopnest import PLACES, Loop, LoopKind, Node, Place, StageRef, refs
+from .loopnest import lines as nest_lines
 from .plan import ComputeStage, Plan, ScatterStage
-from .stageloops import (LINES, Fold, For, Hoist, Let, Par, SNode, Store, loops_over, inner_loops,
-                         reduce_groups,
-                         scatter_loops, stage_loops)
+from .stageloops import (LINES, Fold, For, Hoist, Let, Par, SNode, Store, inner_loops, loops_over,
+                         reduce_groups, scatter_loops, stage_loops)
 from .stageloops import lines as stage_lines
 
 

@@ -1,14 +1,19 @@
-"""A compute stage's own loop nest as a tree: what the CPU renderer prints, one rule per node
-kind (`cpu_render.NODE_RULES`), and what `print(plan)` shows, each node with its reason.
+"""A stage's own loop nest as a tree: what the renderers print, one rule per node kind
+(`kernels/render.RenderPass.NODE_RULES` and each target's additions), and what `print(plan)`
+shows, each node with its reason (`LINES`).
 
-loopnest.py holds the loops that several stages share; this is the half inside one stage,
-lowered from the refine step's decisions (`CpuStagePlan`: split, ranges, lanes, hoisted):
+loopnest.py holds the loops that several stages share and lower.py the CPU tree they make; this
+is the half inside one stage, lowered from the refine step's decisions (`CpuStagePlan`: split,
+ranges, lanes, hoisted, fold_hoisted; for a scatter: zero, block, block_indices, shared):
 
     prange(i): ...                      Par    the leading axes, one parallel loop
       hoisted: s[i] ...                 Hoist  values the serial loops do not change
       for j                             For    a serial loop (a split axis: two, and a Bind)
         fold sum over k ...             Fold   a reduction into local accumulators
         store Y[i, j]                   Store  one body written at one point
+
+A scatter's: Zero (its target), Par or Blocks (its parallel axis, or blocks of it), For, Let
+(what its updates share) or Indices (its blocked index dims), Adds (the updates).
 """
 from __future__ import annotations
 
@@ -17,11 +22,10 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..te.expr import Call, Expr, IterVar, Reduce, ReduceKind
 from ..te.ops import Op
-from ..te.simplify import simplify
 from ..te.printer import expr_str
+from ..te.simplify import simplify
 from ..te.tensor import Tensor
 from ..te.visit import walk
-
 from .loopnest import Kind
 
 if TYPE_CHECKING:  # (plan.py prints these trees)
