@@ -7,20 +7,17 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from ..schedule.checks import node_checks, plain
-from ..schedule.loopnest import Loop, LoopKind, refs
-from ..schedule.lower import (Alloc, ChunkFold, Combine, Finish, FoldRows, Folds, In, KNode,
-                             Member, Narrow, Blas, Partials, RowAcc, RowFold, Scope, Shared,
-                             Together, kernel_nodes)
+from ..schedule.loopnest import refs
+from ..schedule.lower import (Alloc, Blas, ChunkFold, Combine, Finish, FoldRows, Folds, In, Member,
+                             Narrow, Partials, RowAcc, RowFold, Scope, Shared, Together,
+                             kernel_nodes)
 from ..schedule.plan import ComputeStage, ScatterStage, Stage, Zeroing, wide_sum
-from ..schedule.stageloops import (Adds, Bind, Block, Blocks, Fold, For, Hoist, Indices, Let,
-                                   Par, SNode, Store, Zero, ZeroSlice, inner_loops, reduce_groups,
-                                   scatter_loops, stage_loops)
-from ..te.expr import Expr, IterVar, Read, Reduce, always, is_zero
-from ..te.visit import walk
+from ..schedule.stageloops import (Adds, Block, Blocks, Fold, Hoist, Indices, Let, Par, Zero,
+                                   ZeroSlice)
+from ..te.expr import Expr, IterVar, Read, always
 from .cpu_fold import LANE_STEP, CPUFold
 from .render import (CHECK_NAME, ERR_NAME, KERNEL_NAME, RenderPass, describe_stage, is_placeholder,
                      np_dtype, top)
-
 
 class CPURender(CPUFold):
     """One CPU rendering pass: `CPUFold` plus the CPU module layout and stage strategies."""
@@ -72,7 +69,7 @@ class CPURender(CPUFold):
         out.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
         return "\n".join(out) + "\n"
 
-    # -- compute stages -------------------------------------------------------------------------
+    # -- node rules: one per kind of node of lower.py's and stageloops.py's trees -------------
     def alloc_node(self, n: Alloc, depth: int, st: Stage, env: dict[Expr, str]) -> None:
         """A stage's heading comment and its arrays (a row buffer's: in its `Member`)."""
         st = self.plan.stage(n.stage)

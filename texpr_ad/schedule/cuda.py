@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from ..te.expr import Const, Expr, IterVar, Reduce, is_zero
+from ..te.expr import IterVar, Reduce, is_zero
 from ..te.visit import bounds_depend_on_axes, walk
 from .checks import node_checks
 from .contraction import Role, SumOfProduct, normal_form
