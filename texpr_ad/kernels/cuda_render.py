@@ -467,9 +467,9 @@ class _CudaRender(RenderPass):
             "launch({k}, 1, 1)"
 
     def adds_node(self, n: Adds, depth: int, st: ScatterStage, env: dict[Expr, str]) -> None:
-        """Each update's `+=`: an atomic add where points may collide (ATOMIC)."""
+        """Each update's `+=`: an atomic add where points may collide (`n.atomic`)."""
         for d, idx, value in self.scatter_updates(depth, st, (), None, env):
-            if st.cuda.strategy is CudaStrategy.ATOMIC:  # type: ignore[union-attr]
+            if n.atomic:
                 index = idx[0] if len(idx) == 1 else f"({', '.join(idx) or '0'})"
                 self.emit(d, self.r.atomic_add.format(array=self.tensor(st.tensor), index=index,
                                                       value=value))

@@ -143,31 +143,21 @@ def strategy(st: Stage) -> CudaStrategy:
 
 
 def _note(st: Stage) -> str:
-    match strategy(st):
-        case CudaStrategy.THREAD:
-            return (f"cuda: one thread per point of {' * '.join(a.name for a in st.order[:st.fused])}"
-                    f" (grid-stride), reductions in registers")
-        case CudaStrategy.BLOCK:
-            split = block_split(st)  # type: ignore[arg-type]
-            return ("cuda: one block per output point, threads stride over the reduction and "
-                    "combine in a shared-memory tree" + (
-                        f"; split over {split} blocks per point (too few points to fill the "
-                        f"GPU), a second kernel combines the partials" if split > 1 else ""))
-        case CudaStrategy.TILE:
-            f, t = tile_form(st), st.cuda.tile if st.cuda else None  # type: ignore[arg-type]
-            assert t is not None, "refine sets the tile shape before the note"
-            return (f"cuda: tiles of {t.size} x {t.size} outputs over "
-                    f"{' * '.join(a.name for a in f.axes(Role.M))} x "  # type: ignore[union-attr]
-                    f"{' * '.join(a.name for a in f.axes(Role.N))}, a block of {t.threads} x "  # type: ignore[union-attr]
-                    f"{t.threads} threads each ({t.reg} x {t.reg} outputs a thread), {t.depth}-term "
-                    f"slices of {' * '.join(a.name for a in f.red)} staged in shared memory")  # type: ignore[union-attr]
-        case CudaStrategy.INJECTIVE:
-            return f"cuda: grid-stride over {st.parallel_axis.name}, plain += (injective)"
-        case CudaStrategy.ATOMIC:
-            n = rectangular_prefix(st.order)
-            return (f"cuda: grid-stride over {' * '.join(a.name for a in st.order[:n])}, "
-                    f"cuda.atomic.add (a true scatter)")
-    return "cuda: a single thread runs this stage"
+    """A BLOCK or TILE stage's strategy, which its kernel writes whole (the other kernels'
+    loops are their trees: `stage_nodes`)."""
+    if strategy(st) is CudaStrategy.BLOCK:
+        split = block_split(st)  # type: ignore[arg-type]
+        return ("cuda: one block per output point, threads stride over the reduction and "
+                "combine in a shared-memory tree" + (
+                    f"; split over {split} blocks per point (too few points to fill the "
+                    f"GPU), a second kernel combines the partials" if split > 1 else ""))
+    f, t = tile_form(st), st.cuda.tile if st.cuda else None  # type: ignore[arg-type]
+    assert t is not None, "refine sets the tile shape before the note"
+    return (f"cuda: tiles of {t.size} x {t.size} outputs over "
+            f"{' * '.join(a.name for a in f.axes(Role.M))} x "  # type: ignore[union-attr]
+            f"{' * '.join(a.name for a in f.axes(Role.N))}, a block of {t.threads} x "  # type: ignore[union-attr]
+            f"{t.threads} threads each ({t.reg} x {t.reg} outputs a thread), {t.depth}-term "
+            f"slices of {' * '.join(a.name for a in f.red)} staged in shared memory")  # type: ignore[union-attr]
 
 
 @dataclass(frozen=True)
@@ -205,7 +195,8 @@ def stage_nodes(st: Stage) -> tuple[Any, ...]:
         n = {CudaStrategy.INJECTIVE: 1, CudaStrategy.ATOMIC: rectangular_prefix(st.order)}.get(how)
         if n is None:
             return (Single(loops_over(st.order, (Adds(),))),)
-        return (Grid(st.order[:n], loops_over(st.order[n:], (Adds(),))),)
+        adds = Adds(how is CudaStrategy.ATOMIC)
+        return (Grid(st.order[:n], loops_over(st.order[n:], (adds,))),)
     return (Kernel(_note(st)),)
 
 
@@ -213,8 +204,8 @@ def lines(plan: Plan) -> list[str]:
     """The plan's kernels, one per stage, each with its loop tree."""
     table = {**LINES, Grid: lambda n: [f"grid-stride over {' * '.join(a.name for a in n.axes)}"
                                        f": one thread per point"],
-             Adds: lambda n: ["target[index] += value for each update, under its condition "
-                              "(cuda.atomic.add where points may collide)"],
+             Adds: lambda n: ["target[index] += value for each update, under its condition" + (
+                 ": cuda.atomic.add, points may collide" if n.atomic else "")],
              Single: lambda n: ["one thread of the grid"], Kernel: lambda n: [n.note]}
     return [x for st in plan.stages for x in [f"  k_{st.name}", *stage_lines(
         stage_nodes(st), 2, table)]]
@@ -235,7 +226,8 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
         split = block_split(st) if how is CudaStrategy.BLOCK else 1  # type: ignore[arg-type]
         tile = tile_shape(tile_form(st)) if how is CudaStrategy.TILE else None  # type: ignore[arg-type]
         st = replace(st, cuda=CudaStagePlan(how, split, tile))
-        stages.append(replace(st, notes=(*st.notes, _note(st))))
+        notes = (_note(st),) if how in (CudaStrategy.BLOCK, CudaStrategy.TILE) else ()
+        stages.append(replace(st, notes=(*st.notes, *notes)))
     return replace(plan, target="cuda", stages=tuple(stages),
                    checks={st.name: node_checks([st], False) for st in stages})
 

@@ -154,7 +154,10 @@ class Indices:
 
 @dataclass(frozen=True)
 class Adds:
-    """Each update of the scatter, in order: its condition, then `target[index] += value`."""
+    """Each update of the scatter, in order: its condition, then `target[index] += value`
+    (`atomic`: an atomic add, where points may collide: a CUDA ATOMIC scatter)."""
+
+    atomic: bool = False
 
 
 SNode = Par | For | Bind | Hoist | Let | Fold | Store | Zero | ZeroSlice | Blocks | Block | \
