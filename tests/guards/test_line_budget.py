@@ -19,7 +19,7 @@ BUDGET = {
     "deriv": 1767,
     "ops": 2700,
     "schedule": 4690,
-    "kernels": 3715,
+    "kernels": 3710,
     "relax_bridge": 3554,
     "report": 1465,
     "testing": 500,

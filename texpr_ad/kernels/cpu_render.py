@@ -274,7 +274,7 @@ class CPURender(CPUFold):
                     self.indices[k, d] = name
 
     def adds_node(self, n: Adds, depth: int, st: ScatterStage, env: dict[Expr, str]) -> None:
-        for d, idx, value in self.scatter_updates(depth, st, (), self.indices, env):
+        for d, idx, value in self.scatter_updates(depth, st, self.indices, env):
             self.emit(d, self.r.scatter_add.format(target=self.index(st.tensor, idx), value=value))
 
     def zero_slice(self, depth: int, st: ScatterStage, var: str) -> None:

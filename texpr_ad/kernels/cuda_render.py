@@ -468,7 +468,7 @@ class _CudaRender(RenderPass):
 
     def adds_node(self, n: Adds, depth: int, st: ScatterStage, env: dict[Expr, str]) -> None:
         """Each update's `+=`: an atomic add where points may collide (`n.atomic`)."""
-        for d, idx, value in self.scatter_updates(depth, st, (), None, env):
+        for d, idx, value in self.scatter_updates(depth, st, {}, env):
             if n.atomic:
                 index = idx[0] if len(idx) == 1 else f"({', '.join(idx) or '0'})"
                 self.emit(d, self.r.atomic_add.format(array=self.tensor(st.tensor), index=index,

@@ -450,6 +450,7 @@ class RenderPass:
         res = [self.expr(x, cenv) for x in comb.result]
         res = [top(res[0])] if len(res) == 1 else res
         self.emit(depth, f"{', '.join(dest)} = {', '.join(res)}")
+
     # -- loop trees (schedule/stageloops.py): the rules both targets share -------------------------
     NODE_RULES: dict[type, Callable[..., None]]  # by node kind; each target's pass adds its own
 
@@ -482,24 +483,19 @@ class RenderPass:
         self.sites.append(site)
         return check_call(i, n, len(self.sites) - 1)
 
-    def scatter_updates(self, depth: int, st: ScatterStage, serial: Sequence[IterVar],
-                        bound: dict[tuple[int, int], str] | None = None,
-                        env: dict[Expr, str] | None = None) -> Iterator[tuple[int, list[str], str]]:
-        """Emit the serial loops of a scatter, then for each update its condition; yield
-        (depth, target index, value) for the caller to emit the addition.  Index dims are
-        checked unless they are the injective parallel axis or a plain loop variable; `bound`
-        holds (update, dim) indices already computed (and checked) outside the loops; `env`,
-        values computed into locals before them."""
-        for a in serial:
-            self.range_loop(depth, a, {})
-            depth += 1
-        env = env if env is not None else {}
+    def scatter_updates(self, depth: int, st: ScatterStage, bound: dict[tuple[int, int], str],
+                        env: dict[Expr, str]) -> Iterator[tuple[int, list[str], str]]:
+        """Emit each update's condition, in the scatter's innermost loop; yield (depth, target
+        index, value) for the caller to emit the addition.  Index dims are checked unless they
+        are the injective parallel axis or a plain loop variable; `bound` holds (update, dim)
+        indices already computed (and checked) outside the loops; `env`, values computed into
+        locals before them."""
         for k, u in enumerate(st.updates):
             d0 = depth
             if not always(u.condition):
                 self.emit(d0, f"if {top(self.expr(u.condition, env))}:")
                 d0 += 1
-            idx = [(bound or {}).get((k, d)) or self.scatter_index(st, u, d, env)
+            idx = [bound.get((k, d)) or self.scatter_index(st, u, d, env)
                    for d in range(len(u.index))]
             yield d0, idx, top(self.expr(u.value, env))
 
