@@ -231,5 +231,3 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
     return replace(plan, target="cuda", stages=tuple(stages),
                    checks={st.name: node_checks([st], False) for st in stages})
 
-
-plan_for_cuda = refine  # the name tools and tests used
