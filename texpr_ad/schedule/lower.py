@@ -27,8 +27,8 @@ from ..te.visit import walk
 from .loopnest import PLACES, Loop, LoopKind, Node, Place, StageRef, refs
 from .loopnest import lines as nest_lines
 from .plan import ComputeStage, Plan, ScatterStage
-from .stageloops import (LINES, Fold, For, Hoist, Let, Par, SNode, Store, inner_loops, loops_over,
-                         reduce_groups, scatter_loops, stage_loops)
+from .stageloops import (LINES, Fold, For, Let, Par, SNode, Store, fold_shared, hoist, inner_loops,
+                         loops_over, reduce_groups, scatter_loops, stage_loops, stores)
 from .stageloops import lines as stage_lines
 
 
@@ -225,16 +225,14 @@ def _siblings(stages: list[ComputeStage]) -> tuple[SNode | KNode, ...]:
     """Their hoisted values, the loops once, then each one's store; reductions: each one's fold
     stepping in the innermost loop of one nest, then rounded and stored."""
     first = stages[0]
-    body: tuple[SNode | KNode, ...] = tuple(In(s.name, (_store(s),)) for s in stages)
+    body: tuple[SNode | KNode, ...] = tuple(In(s.name, stores(s)) for s in stages)
     if any(isinstance(x, Reduce) for s in stages for x in walk(s.bodies[0])):
         groups = [tuple(reduce_groups(s.bodies)[0]) for s in stages]
-        shared = [tuple(e for e in s.cpu.fold_hoisted if e in {x for y in g[0].source
-                                                             for x in walk(y)}) for s, g in
-                  zip(stages, groups)]
+        shared = [fold_shared(s, g[0]) for s, g in zip(stages, groups)]
         body = (*(In(s.name, (Let(h, "h"),)) for s, h in zip(stages, shared) if h),
                 Folds(tuple((s.name, g) for s, g in zip(stages, groups)), first.cpu.lanes <= 1),
-                *(In(s.name, (Narrow(g), _store(s))) for s, g in zip(stages, groups)))
-    return (*(In(s.name, (_hoist(s),)) for s in stages),
+                *(In(s.name, (Narrow(g), *stores(s))) for s, g in zip(stages, groups)))
+    return (*(In(s.name, (hoist(s),)) for s in stages),
             *loops_over(first.order[first.fused:], body))
 
 
@@ -243,8 +241,9 @@ def _row(stages: list[ComputeStage]) -> tuple[SNode | KNode, ...]:
     environment (both stages' hoisted values), then the reducer's store."""
     e, st = stages
     group = tuple(reduce_groups(st.bodies)[0])
-    return (In(e.name, (_hoist(e),)), In(st.name, (_hoist(st),), e.name),
-            In(st.name, (RowFold(e.order[e.fused], _store(e), group), _store(st)), e.name))
+    (store,) = stores(e)  # (fuse joins one-body stages only)
+    return (In(e.name, (hoist(e),)), In(st.name, (hoist(st),), e.name),
+            In(st.name, (RowFold(e.order[e.fused], store, group), *stores(st)), e.name))
 
 
 def _accumulate(st: ComputeStage) -> tuple[SNode | KNode, ...]:
@@ -271,16 +270,6 @@ def _split(stages: list[ComputeStage], riders: tuple[int, ...] = (), stepped: tu
                      if s.order else (Combine(s.name),)) for s in stages]
     return (Partials(tuple(s.name for s in stages), acc.chunks),
             Par((acc.split,), folds, acc.chunks), *combine)
-
-
-def _hoist(st: ComputeStage) -> Hoist:
-    return Hoist(st.cpu.hoisted, st.cpu.reciprocals)
-
-
-def _store(st: ComputeStage) -> Store:
-    t = st.tensors[0]
-    assert t is not None
-    return Store(t, st.axes, st.bodies[0])
 
 
 def _names(n: Member | Scope) -> list[str]:

@@ -190,8 +190,7 @@ def inner_loops(st: ComputeStage, serial: Sequence[IterVar]) -> tuple[SNode, ...
     c = st.cpu
     folds: tuple[SNode, ...] = ()
     for g in reduce_groups(st.bodies):
-        mine = {x for s in g[0].source for x in walk(s)}
-        shared = tuple(e for e in c.fold_hoisted if e in mine)
+        shared = fold_shared(st, g[0])
         folds += (*((Let(shared, "h"),) if shared else ()), Fold(tuple(g), c.lanes))
     if c.ranges is not None:
         rs = c.ranges
@@ -212,8 +211,18 @@ def inner_loops(st: ComputeStage, serial: Sequence[IterVar]) -> tuple[SNode, ...
         else:
             last = a is serial[-1] and bool(st.axes) and a is st.axes[-1]
             body = (For(a, body, "innermost: the last (contiguous) axis" if last else ""),)
-    hoist = (Hoist(c.hoisted, c.reciprocals),) if c.hoisted or c.reciprocals else ()
-    return (*hoist, *body)
+    return (hoist(st), *body) if c.hoisted or c.reciprocals else body
+
+
+def hoist(st: ComputeStage) -> Hoist:
+    """The values `st`'s serial loops do not change, and its float32 reciprocals."""
+    return Hoist(st.cpu.hoisted, st.cpu.reciprocals)
+
+
+def fold_shared(st: ComputeStage, r: Reduce) -> tuple[Expr, ...]:
+    """The values every term of `r` shares (of the stage's `fold_hoisted`), in order."""
+    mine = {x for s in r.source for x in walk(s)}
+    return tuple(e for e in st.cpu.fold_hoisted if e in mine)
 
 
 def scatter_loops(st: ScatterStage) -> tuple[SNode, ...]:
@@ -239,7 +248,7 @@ def loops_over(axes: Sequence[IterVar], body: tuple[Any, ...]) -> tuple[Any, ...
 
 
 def stores(st: ComputeStage, bodies: Sequence[Expr] | None = None,
-           at: dict[IterVar, IterVar] | None = None) -> tuple[SNode, ...]:
+           at: dict[IterVar, IterVar] | None = None) -> tuple[Store, ...]:
     """A Store per body of `st` (`bodies`, or its own), at its axes (`at` renames some)."""
     at = at or {}
     return tuple(Store(t, tuple(at.get(a, a) for a in st.axes), b)
