@@ -8,7 +8,7 @@ kernels are planned and rendered (nothing is compiled, no GPU needed) for cpu an
 OUTDIR/<op>.<dtype>.<fwd|bwd>.<target>.py (the source) and .plan.txt (str(plan)).
 Compare two dumps with `diff -r`: the sources must not change unless on purpose.  `--bench`
 dumps the bench's workloads and user operators instead, at their full sizes (the registry's
-samples are small: loops that stages share, split sums and blocks need real sizes), cpu only.
+samples are small: loops that stages share, split sums, blocks and CUDA tiles need real sizes).
 """
 from __future__ import annotations
 
@@ -78,10 +78,11 @@ def dump_bench(out: Path) -> int:
         for kind, outs, args in (("fwd", [y], ins),
                                  ("bwd", [g for g in grad(y, wrt, head) if g is not None],
                                   [*ins, head])):
-            plan, src = plan_and_render(outs, args, "cpu")
-            (out / f"{name}.{kind}.cpu.py").write_text(src)
-            (out / f"{name}.{kind}.cpu.plan.txt").write_text(str(plan) + "\n")
-    return 2 * len(cases)
+            for target in ("cpu", "cuda"):
+                plan, src = plan_and_render(outs, args, target)
+                (out / f"{name}.{kind}.{target}.py").write_text(src)
+                (out / f"{name}.{kind}.{target}.plan.txt").write_text(str(plan) + "\n")
+    return 4 * len(cases)
 
 
 if __name__ == "__main__":
