@@ -153,3 +153,32 @@ def test_a_cuda_plan_lowers_each_stage_to_its_kernel_tree():
                                  "store softmax_max_red1[i0]"]), plan
     src = backend("cuda").renderer().render(plan)
     assert src.count("in range(cuda.grid(1), ") == len(plan.stages), src
+
+
+def test_a_cuda_block_reduction_lowers_to_blocks_folds_and_thread_zero():
+    """Column sums of a tall matrix: few points over long reductions, each split over blocks;
+    the first kernel's folds write partials, the second's combine them and thread 0 stores.
+    (Values: tests/cuda/sim_features.py, split_block_reductions, under the simulator.)"""
+    from texpr_ad.kernels.backends import backend
+    from texpr_ad.kernels.cuda_render import _CudaRender
+    from texpr_ad.schedule import cuda
+    from texpr_ad.schedule.planner import plan_stages
+    x = te.placeholder((65536, 4), "float32", name="x")
+    k = te.reduce_axis((0, 65536), name="k")
+    y = te.compute((4,), lambda j: te.sum(x[k, j], axis=k), name="y")
+    plan = backend("cuda").refine(plan_stages([y], [x]), None)
+    (st,) = plan.stages
+    assert st.cuda.strategy is cuda.CudaStrategy.BLOCK and st.cuda.split > 1, plan
+    part, main = cuda.stage_nodes(st, partial=True), cuda.stage_nodes(st)
+    assert [type(n) for n in _walk(part)] == [cuda.BlockShared, cuda.BlockPoints, cuda.BlockFold]
+    assert [type(n) for n in _walk(main)] == [cuda.BlockShared, cuda.BlockPoints, cuda.BlockFold,
+                                              cuda.FirstThread, Store]
+    assert part[1].body[0].partial and main[1].body[0].from_parts
+    assert set(cuda.KERNEL_LINES) | set(stageloops.LINES) >= set(_CudaRender.NODE_RULES)
+    assert _in_order(str(plan), ["k_y_part", "one per point of j and chunk", "fold sum over k",
+                                 "thread 0 writes the chunk's partial", "k_y",
+                                 f"the point's {st.cuda.split} partials", "thread 0 of the block",
+                                 "store y[j]"]), plan
+    src = backend("cuda").renderer().render(plan)
+    assert _in_order(src, ["def k_y_part(", "cuda.shared.array(256", "cuda.syncthreads()",
+                           "def k_y(", "cuda.shared.array(256", "== 0:", "y[j] = "]), src

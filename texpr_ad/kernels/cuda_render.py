@@ -17,15 +17,16 @@ from typing import Any, Sequence
 
 from ..schedule.checks import node_checks
 from ..schedule.contraction import Role, SumOfProduct, normal_form
-from ..schedule.cuda import Grid, Single, rectangular_prefix, stage_nodes
-from ..schedule.stageloops import Adds, stores
+from ..schedule.cuda import (BlockFold, BlockPoints, BlockShared, FirstThread, Grid, Single,
+                             rectangular_prefix, stage_nodes)
+from ..schedule.stageloops import Adds
 from ..schedule.nest import const_int
 from ..schedule.plan import ComputeStage, CudaStrategy, Plan, ScatterStage, Stage, Tile, wide_sum
 from ..te.expr import Call, Const, Expr, IterVar, Read, Reduce, always
 from ..te.ops import Op
 from ..te.visit import walk
 from .render import (ERR_NAME, EXPR_RULES, KERNEL_NAME, WIDE_ZERO, Renderer, RenderPass, Rule,
-                     is_atom, is_placeholder, read_site, reduce_groups, top)
+                     is_atom, is_placeholder, read_site, top)
 
 
 # -- expression table: numba.cuda lacks most NumPy ufuncs in kernels, so use math.* ------------
@@ -141,6 +142,12 @@ class _CudaRender(RenderPass):
         super().__init__(r, plan)
         self.loop_lines: tuple[str, ...] = r.parallel_loop
         self.site_extent: list[str] = []  # the extent each check compares with (host source)
+        # a block reduction's names (block_shared_node): its thread index, tree step and chunk,
+        # its values' shared arrays and partials in fold order, how many values folds have taken
+        self.tid = self.step = self.chunk = ""
+        self.shared: list[str] = []
+        self.parts: list[tuple[str, str]] = []
+        self.taken = 0
 
     def parallel_head(self, depth: int, var: str, extent: str) -> None:
         for line in self.loop_lines:
@@ -161,7 +168,10 @@ class _CudaRender(RenderPass):
             if isinstance(st, ComputeStage) and st.cuda and st.cuda.split > 1:
                 self.lines, self.checked, first = [], False, len(self.sites)
                 self.emit(1, f"# stage {st.name}: block, partials of {st.cuda.split} chunks per point")
-                launch, parts = self.block_compute(st, partial=True)
+                self.nodes(1, stage_nodes(st, partial=True), st, {})
+                launch = (f"launch({{k}}, ({self.points(st.order)}) * {st.cuda.split}, "
+                          f"{self.r.reduce_block})")
+                parts = self.parts
                 for name, dtype in parts:
                     shape = self.shape([*t_shape(st), Const(st.cuda.split, "int64")])
                     host.append(f"    {name} = {self.r.alloc_empty.format(shape=shape, dtype=dtype)}")
@@ -172,7 +182,7 @@ class _CudaRender(RenderPass):
                 shape = self.shape(t_shape(st))
                 tmpl = self.r.alloc_empty if isinstance(st, ComputeStage) else self.r.alloc_zeros
                 host.append(f"    {self.tensor(t)} = {tmpl.format(shape=shape, dtype=dtype)}")
-            launch = self.compute(st, parts) if isinstance(st, ComputeStage) else self.scatter(st)
+            launch = self.compute(st) if isinstance(st, ComputeStage) else self.scatter(st)
             self.add_kernel(st, f"k_{st.name}", launch,
                             [(n, d, len(t_shape(st)) + 1) for n, d in parts] +
                             [(self.tensor(t), t.dtype, max(t.ndim, 1)) for t in outs if t is not None],
@@ -242,18 +252,20 @@ class _CudaRender(RenderPass):
         return super().expr(e, env)
 
     # -- compute stages ---------------------------------------------------------------------
-    def compute(self, st: ComputeStage, parts: Sequence[tuple[str, str]] = ()
-                ) -> str:
+    def compute(self, st: ComputeStage) -> str:
         how = st.cuda.strategy  # type: ignore[union-attr]
         self.emit(1, f"# stage {st.name}: {how}" + (f"; inlined {', '.join(st.inlined)}"
                                                    if st.inlined else ""))
-        if how is CudaStrategy.BLOCK:
-            return self.block_compute(st, parts)[0]
         if how is CudaStrategy.TILE:
             return self.tile_compute(st, normal_form(st))  # type: ignore[arg-type]
         self.nodes(1, stage_nodes(st), st, {})
-        points = " * ".join(top(self.expr(a.extent, {})) for a in st.order[: st.fused]) or "1"
+        if how is CudaStrategy.BLOCK:
+            return f"launch({{k}}, {self.points(st.order)}, {self.r.reduce_block})"
+        points = self.points(st.order[: st.fused])
         return f"launch({{k}}, {points}, 0)" if how is CudaStrategy.THREAD else "launch({k}, 1, 1)"
+
+    def points(self, axes: Sequence[IterVar]) -> str:
+        return " * ".join(top(self.expr(a.extent, {})) for a in axes) or "1"
 
     def grid_node(self, n: Grid, depth: int, st: Stage, env: dict[Expr, str]) -> None:
         self.loop_lines = self.r.parallel_loop
@@ -263,115 +275,104 @@ class _CudaRender(RenderPass):
         self.emit(depth, self.r.single_guard)
         self.nodes(depth + 1, n.body, st, env)
 
-    def block_compute(self, st: ComputeStage, parts: Sequence[tuple[str, str]] = (),
-                      partial: bool = False) -> tuple[str, list[tuple[str, str]]]:
-        """One block per output point; each reduction is strided over threads, then tree-combined.
-        Split (`st.cuda.split` = S > 1): with `partial`, S blocks per point each reduce every S-th
-        thread-sized chunk and block 0 of each writes its (unrounded) result to a partials array
-        (returned as (name, dtype) per reduction value); given `parts`, the threads of a point's
-        block combine its S partials instead of the reduction, then round, init and store.
-        Returns the launch and the partials."""
-        split = st.cuda.split if st.cuda else 1
-        tid, step = self.names.fresh("tid"), self.names.fresh("s")
-        groups = reduce_groups(st.bodies)
-        part_iter = iter(parts)
-        shared: list[list[str]] = []
-        group_parts: list[list[tuple[str, str]]] = []  # the partials array of each value (split)
-        for red in groups:
-            names, gp = [], []
+    def block_shared_node(self, n: BlockShared, depth: int, st: Stage, env: dict[Expr, str]
+                          ) -> None:
+        """A block reduction's shared arrays (and, `partial`, its partials: `self.parts`, which
+        the second kernel's folds read) and the thread index."""
+        self.tid, self.step = self.names.fresh("tid"), self.names.fresh("s")
+        self.shared, self.taken, parts = [], 0, []
+        for red in n.groups:
             for src in red[0].source:
                 sh = self.names.fresh(f"{st.name}_sh")
                 dtype = "float64" if wide_sum(red[0]) else src.dtype if src.dtype != "bool" else "bool_"
-                self.emit(1, f"{sh} = cuda.shared.array({self.r.reduce_block}, np.{dtype})")
-                names.append(sh)
-                if partial:
-                    gp.append((self.names.fresh(f"{st.name}_part"), dtype))
-                elif parts:
-                    gp.append(next(part_iter))
-            shared.append(names)
-            group_parts.append(gp)
-        self.emit(1, f"{tid} = cuda.threadIdx.x")
-        depth, chunk = 1, ""
-        if partial:
-            chunk = self.names.fresh("chunk")
-            if st.axes:
+                self.emit(depth, f"{sh} = cuda.shared.array({self.r.reduce_block}, np.{dtype})")
+                self.shared.append(sh)
+                if n.partial:
+                    parts.append((self.names.fresh(f"{st.name}_part"), dtype))
+        if n.partial:
+            self.parts = parts
+        self.emit(depth, f"{self.tid} = cuda.threadIdx.x")
+
+    def block_points_node(self, n: BlockPoints, depth: int, st: Stage, env: dict[Expr, str]
+                          ) -> None:
+        if n.partial:
+            self.chunk = chunk = self.names.fresh("chunk")
+            if n.axes:
                 b = self.names.fresh(f"{st.name}_b")
-                self.loop_lines = (f"for {b} in range(cuda.blockIdx.x, ({{extent}}) * {split}, "
-                                   f"cuda.gridDim.x):", f"    {{var}} = {b} // {split}",
-                                   f"    {chunk} = {b} % {split}")
-                depth = self.parallel_nest(1, st.order, st.name)
+                self.loop_lines = (f"for {b} in range(cuda.blockIdx.x, ({{extent}}) * {n.split}, "
+                                   f"cuda.gridDim.x):", f"    {{var}} = {b} // {n.split}",
+                                   f"    {chunk} = {b} % {n.split}")
+                depth = self.parallel_nest(depth, n.axes, st.name)
             else:
-                self.emit(1, f"for {chunk} in range(cuda.blockIdx.x, {split}, cuda.gridDim.x):")
-                depth = 2
-        elif st.axes:
+                self.emit(depth, f"for {chunk} in range(cuda.blockIdx.x, {n.split}, cuda.gridDim.x):")
+                depth += 1
+        elif n.axes:
             self.loop_lines = self.r.block_loop
-            depth = self.parallel_nest(1, st.order, st.name)
-        idx = ", ".join(self.axis(a) for a in st.axes)
-        env: dict[Expr, str] = {}
-        for red, shs, gp in zip(groups, shared, group_parts, strict=True):
-            r = red[0]
-            comb, n = r.combiner, len(r.source)
-            wide = wide_sum(r)  # float64 partial sums per thread and in the tree, rounded once
-            accs = [self.names.fresh(f"{st.name}_acc" if n == 1 else f"{st.name}_acc{k}")
-                    for k in range(n)]
-            for a, ident in zip(accs, comb.identity, strict=True):
-                self.emit(depth, f"{a} = {WIDE_ZERO if wide else top(self.expr(ident, {}))}")
-            if parts:  # combine this point's partials
-                c = self.names.fresh("c")
-                self.emit(depth, f"for {c} in range({tid}, {split}, cuda.blockDim.x):")
-                srcs = [f"{name}[{idx + ', ' if idx else ''}{c}]" for name, _ in gp]
-                self.combine(depth + 1, comb, accs, srcs, accs, st.name)
-            else:
-                # flatten the reduction axes unless their bounds depend on each other (then stride
-                # the outermost one over the threads and run the rest serially)
-                dependent = any(v is b for a in r.axis for e in (a.lo, a.extent) for v in walk(e)
-                                for b in r.axis)
-                flat = 1 if dependent else len(r.axis)
-                self.loop_lines = self.r.thread_loop if not partial else (
-                    f"for {{var}} in range({chunk} * cuda.blockDim.x + cuda.threadIdx.x, {{extent}}, "
-                    f"{split} * cuda.blockDim.x):",)
-                d = self.parallel_nest(depth, r.axis[:flat], st.name)
-                for ax in r.axis[flat:]:
-                    self.range_loop(d, ax, env)
-                    d += 1
-                if not always(r.condition):
-                    self.emit(d, f"if {top(self.expr(r.condition, env))}:")
-                    d += 1
-                self.combine(d, comb, accs, [self.expr(s, env) for s in r.source], accs, st.name)
-            for sh, a in zip(shs, accs, strict=True):
-                self.emit(depth, f"{sh}[{tid}] = {a}")
-            self.emit(depth, "cuda.syncthreads()")
-            self.emit(depth, f"{step} = cuda.blockDim.x // 2")
-            self.emit(depth, f"while {step} > 0:")
-            self.emit(depth + 1, f"if {tid} < {step}:")
-            tmps = [self.names.fresh(f"{st.name}_t") for _ in shs]
-            self.combine(depth + 2, comb, [f"{sh}[{tid}]" for sh in shs],
-                         [f"{sh}[{tid} + {step}]" for sh in shs], tmps, st.name)
-            for sh, t in zip(shs, tmps, strict=True):
-                self.emit(depth + 2, f"{sh}[{tid}] = {t}")
-            self.emit(depth + 1, "cuda.syncthreads()")
-            self.emit(depth + 1, f"{step} //= 2")
-            for sh, a in zip(shs, accs, strict=True):
-                self.emit(depth, f"{a} = {sh}[0]")
-            self.emit(depth, "cuda.syncthreads()")  # shared memory is reused by the next point
-            if partial:
-                self.emit(depth, f"if {tid} == 0:")
-                for (name, _), a in zip(gp, accs, strict=True):
-                    self.emit(depth + 1, f"{name}[{idx + ', ' if idx else ''}{chunk}] = {a}")
-                continue
-            if wide:
-                accs = [self.narrow(depth, r, accs[0], st.name)]
-            if r.init:
-                self.combine(depth, comb, [self.expr(i, env) for i in r.init], accs, accs, st.name)
-            for g in red:
-                env[g] = accs[g.value_index]
-        points = " * ".join(top(self.expr(a.extent, {})) for a in st.order) or "1"
-        if partial:
-            return (f"launch({{k}}, ({points}) * {split}, {self.r.reduce_block})",
-                    [p for gp in group_parts for p in gp])
-        self.emit(depth, f"if {tid} == 0:")
-        self.nodes(depth + 1, stores(st), st, env)
-        return f"launch({{k}}, {points}, {self.r.reduce_block})", []
+            depth = self.parallel_nest(depth, n.axes, st.name)
+        self.nodes(depth, n.body, st, env)
+
+    def block_fold_node(self, n: BlockFold, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        """Each thread's stride of the reduction (or of the point's partials) into accumulators,
+        combined in a shared-memory tree; then the chunk's partial written (`partial`), or the
+        result rounded, its init folded in and bound in `env`."""
+        r, name, tid, step = n.group[0], st.name, self.tid, self.step
+        comb, k = r.combiner, len(r.source)
+        shs, gp = self.shared[self.taken: self.taken + k], self.parts[self.taken: self.taken + k]
+        self.taken += k
+        idx = ", ".join(self.axis(a) for a in st.axes)  # type: ignore[union-attr]
+        wide = wide_sum(r)  # float64 partial sums per thread and in the tree, rounded once
+        accs = [self.names.fresh(f"{name}_acc" if k == 1 else f"{name}_acc{j}") for j in range(k)]
+        for a, ident in zip(accs, comb.identity, strict=True):
+            self.emit(depth, f"{a} = {WIDE_ZERO if wide else top(self.expr(ident, {}))}")
+        if n.from_parts:  # combine this point's partials
+            c = self.names.fresh("c")
+            self.emit(depth, f"for {c} in range({tid}, {n.split}, cuda.blockDim.x):")
+            srcs = [f"{p}[{idx + ', ' if idx else ''}{c}]" for p, _ in gp]
+            self.combine(depth + 1, comb, accs, srcs, accs, name)
+        else:
+            self.loop_lines = self.r.thread_loop if not n.partial else (
+                f"for {{var}} in range({self.chunk} * cuda.blockDim.x + cuda.threadIdx.x, "
+                f"{{extent}}, {n.split} * cuda.blockDim.x):",)
+            d = self.parallel_nest(depth, r.axis[:n.flat], name)
+            for ax in r.axis[n.flat:]:
+                self.range_loop(d, ax, env)
+                d += 1
+            if not always(r.condition):
+                self.emit(d, f"if {top(self.expr(r.condition, env))}:")
+                d += 1
+            self.combine(d, comb, accs, [self.expr(s, env) for s in r.source], accs, name)
+        for sh, a in zip(shs, accs, strict=True):
+            self.emit(depth, f"{sh}[{tid}] = {a}")
+        self.emit(depth, "cuda.syncthreads()")
+        self.emit(depth, f"{step} = cuda.blockDim.x // 2")
+        self.emit(depth, f"while {step} > 0:")
+        self.emit(depth + 1, f"if {tid} < {step}:")
+        tmps = [self.names.fresh(f"{name}_t") for _ in shs]
+        self.combine(depth + 2, comb, [f"{sh}[{tid}]" for sh in shs],
+                     [f"{sh}[{tid} + {step}]" for sh in shs], tmps, name)
+        for sh, t in zip(shs, tmps, strict=True):
+            self.emit(depth + 2, f"{sh}[{tid}] = {t}")
+        self.emit(depth + 1, "cuda.syncthreads()")
+        self.emit(depth + 1, f"{step} //= 2")
+        for sh, a in zip(shs, accs, strict=True):
+            self.emit(depth, f"{a} = {sh}[0]")
+        self.emit(depth, "cuda.syncthreads()")  # shared memory is reused by the next point
+        if n.partial:
+            self.emit(depth, f"if {tid} == 0:")
+            for (p, _), a in zip(gp, accs, strict=True):
+                self.emit(depth + 1, f"{p}[{idx + ', ' if idx else ''}{self.chunk}] = {a}")
+            return
+        if wide:
+            accs = [self.narrow(depth, r, accs[0], name)]
+        if r.init:
+            self.combine(depth, comb, [self.expr(i, env) for i in r.init], accs, accs, name)
+        for g in n.group:
+            env[g] = accs[g.value_index]
+
+    def first_thread_node(self, n: FirstThread, depth: int, st: Stage, env: dict[Expr, str]
+                          ) -> None:
+        self.emit(depth, f"if {self.tid} == 0:")
+        self.nodes(depth + 1, n.body, st, env)
 
     def tile_compute(self, st: ComputeStage, f: SumOfProduct) -> str:
         """`TILE` (schedule/cuda.py; shape `st.cuda.tile`): each block loops over output tiles
@@ -514,4 +515,8 @@ def _count(axes: Sequence[IterVar]) -> int:
 
 
 _CudaRender.NODE_RULES = {**RenderPass.NODE_RULES, Grid: _CudaRender.grid_node,
-                          Single: _CudaRender.single_node, Adds: _CudaRender.adds_node}
+                          Single: _CudaRender.single_node, Adds: _CudaRender.adds_node,
+                          BlockShared: _CudaRender.block_shared_node,
+                          BlockPoints: _CudaRender.block_points_node,
+                          BlockFold: _CudaRender.block_fold_node,
+                          FirstThread: _CudaRender.first_thread_node}

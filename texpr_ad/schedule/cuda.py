@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..te.expr import IterVar, Reduce, is_zero
 from ..te.visit import bounds_depend_on_axes, walk
@@ -27,7 +27,7 @@ from .checks import node_checks
 from .contraction import Role, SumOfProduct, normal_form
 from .nest import const_int, extent_product
 from .plan import ComputeStage, CudaStagePlan, CudaStrategy, Plan, ScatterStage, Stage, Tile
-from .stageloops import LINES, Adds, inner_loops, loops_over
+from .stageloops import LINES, Adds, inner_loops, loops_over, reduce_groups, stores
 from .stageloops import lines as stage_lines
 
 BLOCK_MAX_POINTS = 4096   # block reduction only if the stage has at most this many output points
@@ -41,12 +41,7 @@ INJECTIVE_MIN_POINTS = 1 << 16  # an injective axis shorter than this: atomics o
 
 def reductions(st: ComputeStage) -> list[Reduce]:
     """One Reduce per distinct reduction loop of the stage (tuple reducers share one)."""
-    seen: dict[tuple, Reduce] = {}
-    for b in st.bodies:
-        for x in walk(b):
-            if isinstance(x, Reduce):
-                seen.setdefault(x.loop_key, x)
-    return list(seen.values())
+    return [g[0] for g in reduce_groups(st.bodies)]
 
 
 def is_block_reduce(st: ComputeStage) -> bool:
@@ -59,6 +54,13 @@ def is_block_reduce(st: ComputeStage) -> bool:
     return points <= BLOCK_MAX_POINTS and shortest >= BLOCK_MIN_REDUCE
 
 
+def threads_over(r: Reduce) -> int:
+    """How many of `r`'s axes a block's threads stride over, flattened: all, unless their
+    bounds depend on each other (then the outermost; the rest run serially)."""
+    return 1 if any(v is b for a in r.axis for e in (a.lo, a.extent) for v in walk(e)
+                    for b in r.axis) else len(r.axis)
+
+
 def block_split(st: ComputeStage) -> int:
     """How many blocks reduce each output point of a block reduction: 1 unless the points are
     too few to fill the GPU (a sum to a scalar ran on one block: latency-bound) and every
@@ -67,8 +69,7 @@ def block_split(st: ComputeStage) -> int:
     reds = reductions(st)
     if not reds or points >= SPLIT_BLOCKS / 2 or any(not is_zero(a.lo) for a in st.axes):
         return 1
-    if any(v is b for r in reds for a in r.axis for e in (a.lo, a.extent) for v in walk(e)
-           for b in r.axis):
+    if any(threads_over(r) < len(r.axis) for r in reds):
         return 1
     shortest = min(extent_product([a.extent for a in r.axis]) for r in reds)
     per_chunk = REDUCE_THREADS * SPLIT_MIN_PER_THREAD
@@ -143,14 +144,8 @@ def strategy(st: Stage) -> CudaStrategy:
 
 
 def _note(st: Stage) -> str:
-    """A BLOCK or TILE stage's strategy, which its kernel writes whole (the other kernels'
-    loops are their trees: `stage_nodes`)."""
-    if strategy(st) is CudaStrategy.BLOCK:
-        split = block_split(st)  # type: ignore[arg-type]
-        return ("cuda: one block per output point, threads stride over the reduction and "
-                "combine in a shared-memory tree" + (
-                    f"; split over {split} blocks per point (too few points to fill the "
-                    f"GPU), a second kernel combines the partials" if split > 1 else ""))
+    """A TILE stage's strategy, which its kernel writes whole (the other kernels' loops are
+    their trees: `stage_nodes`)."""
     f, t = tile_form(st), st.cuda.tile if st.cuda else None  # type: ignore[arg-type]
     assert t is not None, "refine sets the tile shape before the note"
     return (f"cuda: tiles of {t.size} x {t.size} outputs over "
@@ -177,16 +172,67 @@ class Single:
 
 @dataclass(frozen=True)
 class Kernel:
-    """A stage's kernel as its strategy writes it whole (BLOCK, TILE, a scatter's)."""
+    """A stage's kernel as its strategy writes it whole (TILE)."""
 
     note: str
 
 
-def stage_nodes(st: Stage) -> tuple[Any, ...]:
+@dataclass(frozen=True)
+class BlockShared:
+    """A block reduction's shared arrays, `REDUCE_THREADS` elements per value of each of
+    `groups` (its reductions), and the thread's index; `partial`: the partials arrays too."""
+
+    groups: tuple[tuple[Reduce, ...], ...]
+    partial: bool = False
+
+
+@dataclass(frozen=True)
+class BlockPoints:
+    """One block per point of the flattened `axes`: a grid-stride loop over blocks (BLOCK);
+    `split` > 1 with `partial`: `split` blocks per point, each over one chunk of the reductions."""
+
+    axes: tuple[IterVar, ...]
+    split: int
+    partial: bool
+    body: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class BlockFold:
+    """One reduction of a block's point: each thread folds its stride of the flattened reduction
+    axes (`split` > 1: of its chunk's; `from_parts`: of the point's `split` partials), then the
+    block combines them in a shared-memory tree; `partial`: thread 0 writes the chunk's result
+    to the partials, else it is rounded (a wide sum) and its init folded in."""
+
+    group: tuple[Reduce, ...]
+    split: int
+    partial: bool
+    from_parts: bool
+    flat: int  # the leading reduction axes the threads stride over, flattened (`threads_over`)
+
+
+@dataclass(frozen=True)
+class FirstThread:
+    """`body` run by thread 0 of the block."""
+
+    body: tuple[Any, ...]
+
+
+def stage_nodes(st: Stage, partial: bool = False) -> tuple[Any, ...]:
     """A refined stage's loop tree: a THREAD stage's grid-stride loop or a SINGLE one's thread
-    over its own loops (stageloops.inner_loops), a scatter's updates over its loops (INJECTIVE,
-    ATOMIC: the leading ones a grid-stride loop), else its strategy's kernel (BLOCK, TILE)."""
+    over its own loops (stageloops.inner_loops), a BLOCK stage's blocks over its points, a
+    scatter's updates over its loops (INJECTIVE, ATOMIC: the leading ones a grid-stride loop),
+    else its strategy's kernel (TILE).  `partial`: a split BLOCK stage's first kernel, which
+    reduces the chunks into partials (the second combines them)."""
     how = strategy(st)
+    if isinstance(st, ComputeStage) and how is CudaStrategy.BLOCK:
+        split = st.cuda.split if st.cuda else 1
+        groups = tuple(tuple(g) for g in reduce_groups(st.bodies))
+        folds = tuple(BlockFold(g, split, partial, split > 1 and not partial, threads_over(g[0]))
+                      for g in groups)
+        return (BlockShared(groups, partial),
+                BlockPoints(st.order, split, partial,
+                            folds if partial else (*folds, FirstThread(stores(st)))))
     if isinstance(st, ComputeStage) and how is CudaStrategy.THREAD:
         return (Grid(st.order[: st.fused], inner_loops(st, st.order[st.fused:])),)
     if isinstance(st, ComputeStage) and how is CudaStrategy.SINGLE:
@@ -200,15 +246,39 @@ def stage_nodes(st: Stage) -> tuple[Any, ...]:
     return (Kernel(_note(st)),)
 
 
+KERNEL_LINES: dict[type, Callable[[Any], list[str]]] = {
+    Grid: lambda n: [f"grid-stride over {' * '.join(a.name for a in n.axes)}: one thread per "
+                     f"point"],
+    Adds: lambda n: ["target[index] += value for each update, under its condition" + (
+        ": cuda.atomic.add, points may collide" if n.atomic else "")],
+    Single: lambda n: ["one thread of the grid"], Kernel: lambda n: [n.note],
+    BlockShared: lambda n: [f"shared: {REDUCE_THREADS} elements per reduction value" + (
+        ", and the partials arrays (chunk last)" if n.partial else "")],
+    BlockPoints: lambda n: [f"grid-stride over blocks, one per point of "
+                            f"{' * '.join(a.name for a in n.axes) or 'the stage'}" + (
+                                f" and chunk ({n.split} per point: too few points to fill the "
+                                f"GPU)" if n.partial else "")],
+    BlockFold: lambda n: [f"fold {n.group[0].combiner.kind.value} over "
+                          f"{', '.join(a.name for a in n.group[0].axis)}: " + (
+                              f"threads stride over the point's {n.split} partials"
+                              if n.from_parts else "threads stride over "
+                              + ("their chunk" if n.partial else "it")) +
+                          ", then combine in a shared-memory tree" +
+                          ("; thread 0 writes the chunk's partial" if n.partial else "")],
+    FirstThread: lambda n: ["thread 0 of the block"],
+}
+
+
 def lines(plan: Plan) -> list[str]:
-    """The plan's kernels, one per stage, each with its loop tree."""
-    table = {**LINES, Grid: lambda n: [f"grid-stride over {' * '.join(a.name for a in n.axes)}"
-                                       f": one thread per point"],
-             Adds: lambda n: ["target[index] += value for each update, under its condition" + (
-                 ": cuda.atomic.add, points may collide" if n.atomic else "")],
-             Single: lambda n: ["one thread of the grid"], Kernel: lambda n: [n.note]}
-    return [x for st in plan.stages for x in [f"  k_{st.name}", *stage_lines(
-        stage_nodes(st), 2, table)]]
+    """The plan's kernels, one per stage (a split block reduction: two), each with its loop
+    tree."""
+    table = {**LINES, **KERNEL_LINES}
+    out = []
+    for st in plan.stages:
+        if isinstance(st, ComputeStage) and st.cuda and st.cuda.split > 1:
+            out += [f"  k_{st.name}_part", *stage_lines(stage_nodes(st, True), 2, table)]
+        out += [f"  k_{st.name}", *stage_lines(stage_nodes(st), 2, table)]
+    return out
 
 
 def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:
@@ -226,7 +296,7 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
         split = block_split(st) if how is CudaStrategy.BLOCK else 1  # type: ignore[arg-type]
         tile = tile_shape(tile_form(st)) if how is CudaStrategy.TILE else None  # type: ignore[arg-type]
         st = replace(st, cuda=CudaStagePlan(how, split, tile))
-        notes = (_note(st),) if how in (CudaStrategy.BLOCK, CudaStrategy.TILE) else ()
+        notes = (_note(st),) if how is CudaStrategy.TILE else ()
         stages.append(replace(st, notes=(*st.notes, *notes)))
     return replace(plan, target="cuda", stages=tuple(stages),
                    checks={st.name: node_checks([st], False) for st in stages})
