@@ -18,7 +18,7 @@ BUDGET = {
     "te": 2917,
     "deriv": 1767,
     "ops": 2700,
-    "schedule": 4740,
+    "schedule": 4765,
     "kernels": 3710,
     "relax_bridge": 3554,
     "report": 1465,

@@ -17,7 +17,6 @@ import re
 from abc import ABC, abstractmethod
 from typing import Callable, Collection, Iterator, Sequence
 
-import numpy as np
 
 from ..te import dtype as dt
 from ..te.expr import Call, CommReducer, Const, Expr, IterVar, Read, Reduce, Var, always, is_zero

@@ -68,7 +68,6 @@ from ..te.ops import Op
 from ..te.simplify import simplify
 from ..te.visit import bounds_depend_on_axes, children, substitute, walk
 from . import cpu_implicit
-from .contraction import product
 from .cpu_col2im import col2im_scatter
 from .cpu_contract import (MIN_BLAS_WORK, NO_EXPAND, contraction_of, factor_contraction, im2col,
                            pre_stage)
@@ -81,7 +80,7 @@ from .fuse import first_reduction, fuse
 from .reorder import collapse_rows, reorder_reductions, reorderable, static_size, tighten
 from .fuse import stage_reads as _reads
 from .loopnest import Loop, LoopKind, Node, Place, StageRef, refs
-from .nest import MIN_PARALLEL_CHUNKS, extent_product
+from .nest import MIN_PARALLEL_CHUNKS, default_fuse, extent_product
 from .nest import const_int as _const, iteration_count as _work
 from .plan import (SUM_CHAIN, Accumulate, ComputeStage, CpuStagePlan, Inline, Plan,
                    ScatterStage, ScheduleError, Split, Stage, wide_sum)
@@ -214,10 +213,25 @@ def cpu_strategies(st: ComputeStage, ov: Mapping[str, Any]) -> ComputeStage:
             st = st if acc.split is None else _split_first(st, acc.split)
             return _cpu(st, accumulate=acc, **({} if acc.split is None else SPLIT_LOOPS))
         if (lanes := _lanes(st)) > 1:
-            return _cpu(st, lanes=lanes)
+            return _cpu(st if loop_keys else fuse_points(st), lanes=lanes)
     if not loop_keys:
-        return _split_div_mod(st)
+        return _split_div_mod(fuse_points(st))
     return st
+
+
+def fuse_points(st: ComputeStage) -> ComputeStage:
+    """A stage whose every body folds a reduction in scalars (no row accumulation, split or
+    BLAS) keeps no data axis serial to vectorize along (its folds run innermost): its prange
+    fuses the innermost data axis too, where the leading ones give fewer than
+    MIN_PARALLEL_CHUNKS iterations (a group norm's statistics over (batch 8, groups 8):
+    prange(8) -> prange(64)).  fuse.py may narrow it back, to share a prange with a stage that
+    has only the leading axes."""
+    if not st.parallel or st.fused >= len(st.order) or not all(
+            any(isinstance(x, Reduce) for x in walk(b)) for b in st.bodies) or any(
+                _const(a.extent) is None for a in st.order[:st.fused]):
+        return st  # (a symbolic leading extent: known at the call, most likely a large batch)
+    fused = default_fuse(st.order, inner=True)
+    return _cpu(st, fused=fused) if fused > st.fused else st
 
 
 def _symbolic(st: ComputeStage) -> bool:

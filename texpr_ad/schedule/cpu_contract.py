@@ -148,7 +148,7 @@ def im2col(st: ComputeStage, ov: Mapping[str, Any],
     if f.axes(Role.BATCH) and f.per_entry(f.axes(Role.BATCH)) < IM2COL_MIN_ENTRY:
         return (), st  # a batch of small products (an EMA's adjoint: 512 of 16 x 64 x 64): the
         #                gather and the per-product calls cost more than the loops
-    data, red, gathered = f.data, f.red, f.b.g
+    red, gathered = f.red, f.b.g
     if ov.get("implicit", True):
         done = _implicit(st, f, box)
         if done is not None:

@@ -15,7 +15,6 @@ gets the branch its test selects, and a branch is rendered only in the range whe
 """
 from __future__ import annotations
 
-from dataclasses import replace
 
 from ..te import dtype as dt
 from ..te.affine import from_affine, to_affine

@@ -47,10 +47,11 @@ import operator
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Mapping
 
-from ..te.expr import Const, Expr, IterVar, Read, Reduce, ReduceKind, always, const
+from ..te.expr import Expr, IterVar, Read, Reduce, ReduceKind, always, const
 from ..te.tensor import Tensor
 from ..te.visit import reads_in, transform, walk
 from .loopnest import REASONS, SIBLING_STORES, Loop, LoopKind, Node, Place, StageRef, refs
+from .nest import default_fuse
 from .plan import Accumulate, ComputeStage, ScatterStage, Stage, wide_sum
 from .plan import with_cpu as _cpu
 
@@ -154,23 +155,36 @@ def _prange_member(g: _Group, st: Stage, pinned: bool) -> Stage | None:
     assert isinstance(st, ComputeStage)
     head = g.members[0]
     assert isinstance(head, ComputeStage)
-    width = max(st.fused if ok else 1, head.fused)
+    # (or over the head's leading axes alone, where cpu.fuse_points widened it to its innermost)
+    own = st.fused if ok else 1
+    width = next((w for w in dict.fromkeys((max(own, head.fused),
+                                             max(own, default_fuse(head.order))))
+                  if _shares_rows(g, st, w)), 0)
+    if not width:
+        return None
+    return replace(st, fused=width) if ok else _cpu(st, parallel=True, fused=width, notes=(
+        *st.notes, "joined although small: the prange of its group is there"))
+
+
+def _shares_rows(g: _Group, st: ComputeStage, width: int) -> bool:
+    """Whether `g`'s members and `st` can run in one prange over their first `width` axes:
+    each has them, of the same extents, and reads the earlier ones only at its own parallel
+    index (reduce bounds count too: `k < L[i + 1]` is another row)."""
+    head = g.members[0]
+    assert isinstance(head, ComputeStage)
     if not all(isinstance(m, ComputeStage) and _widens(m, width) and all(
             a.extent.same_as(b.extent) for a, b in zip(m.order[:width], head.order))
             for m in (*g.members, st)):
-        return None
-    # each member reads the earlier ones only at its own parallel index (reduce bounds count
-    # too: `k < L[i + 1]` is another row)
+        return False
     rows: dict[int, tuple[int, ...]] = {}
     for m in (*g.members, st):
         assert isinstance(m, ComputeStage)
         own = list(m.order[:width])
         if any([x.indices[d] for d in rows[id(x.tensor)]] != own for x in reads_in(m.bodies)
                if id(x.tensor) in rows):
-            return None
+            return False
         rows.update({id(t): tuple(m.axes.index(a) for a in own) for t in m.tensors if t is not None})
-    return replace(st, fused=width) if ok else _cpu(st, parallel=True, fused=width, notes=(
-        *st.notes, "joined although small: the prange of its group is there"))
+    return True
 
 
 def _widens(st: ComputeStage, width: int) -> bool:

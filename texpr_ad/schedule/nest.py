@@ -64,11 +64,13 @@ def at_most(exts: Sequence[Expr], than: Sequence[Expr]) -> bool:
     return n <= m and s == t
 
 
-def _default_fuse(order: Sequence[IterVar]) -> int:
+def default_fuse(order: Sequence[IterVar], inner: bool = False) -> int:
+    """How many leading axes of `order` a prange fuses: until it has MIN_PARALLEL_CHUNKS
+    iterations, the innermost kept serial (it vectorizes) unless `inner`."""
     if len(order) <= 1:
         return len(order)
     fused, chunks = 0, 1
-    for a in order[:-1]:  # (a symbolic extent may be small, a batch of one: it counts as 1)
+    for a in order if inner else order[:-1]:  # (a symbolic extent may be small: it counts as 1)
         fused += 1
         chunks *= const_int(a.extent) or 1
         if chunks >= MIN_PARALLEL_CHUNKS:
@@ -131,7 +133,7 @@ def compute_stage(op: ComputeOp, name: str, is_output: bool, expand: Expander,
         parallel = False
     elif "parallel" not in ov and not parallel:
         notes.append(f"serial: only {int(work)} iterations (< {MIN_PARALLEL_WORK})")
-    fused = int(ov.get("fuse", _default_fuse(order))) if parallel else 0
+    fused = int(ov.get("fuse", default_fuse(order))) if parallel else 0
     if parallel and not 1 <= fused <= len(order):
         raise ScheduleError(f"stage {name!r}: fuse={fused} must be between 1 and {len(order)}")
     tensors = tuple(tensors_of.get((id(op), k)) for k in range(len(bodies)))

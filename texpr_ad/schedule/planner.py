@@ -55,7 +55,7 @@ from . import cpu, cuda
 from .layout import choose_layouts
 from .nest import at_most, compute_stage, const_int, loop_extents
 from .share import share
-from .plan import ComputeStage, Inline, Plan, ScatterStage, ScheduleError, Stage, StageKind
+from .plan import Inline, Plan, ScatterStage, ScheduleError, Stage, StageKind
 
 OVERRIDE_KEYS = {StageKind.COMPUTE: {"inline", "parallel", "fuse", "order", "blas", "accumulate",
                                       "hoist", "reciprocal", "workspace", "implicit"},
