@@ -182,3 +182,33 @@ def test_a_cuda_block_reduction_lowers_to_blocks_folds_and_thread_zero():
     src = backend("cuda").renderer().render(plan)
     assert _in_order(src, ["def k_y_part(", "cuda.shared.array(256", "cuda.syncthreads()",
                            "def k_y(", "cuda.shared.array(256", "== 0:", "y[j] = "]), src
+
+
+def test_a_cuda_tiled_contraction_lowers_to_tiles_slices_and_stores():
+    """A large matmul runs as shared-memory tiles; its tree is the tile loop, the K slices (both
+    operands staged, then the register products) and the stores, and the kernel prints it.
+    (Values: tests/cuda/test_cuda.py, tiled contractions, under the simulator.)"""
+    from texpr_ad.kernels.backends import backend
+    from texpr_ad.schedule import cuda
+    from texpr_ad.schedule.planner import plan_stages
+    a = te.placeholder((1024, 512), "float32", name="a")
+    b = te.placeholder((512, 1024), "float32", name="b")
+    k = te.reduce_axis((0, 512), name="k")
+    y = te.compute((1024, 1024), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="y")
+    plan = backend("cuda").refine(plan_stages([y], [a, b]), None)
+    (st,) = plan.stages
+    assert st.cuda.strategy is cuda.CudaStrategy.TILE, plan
+    nodes = list(_walk(cuda.stage_nodes(st)))
+    assert [type(n) for n in nodes] == [cuda.Tiles, cuda.Slices, cuda.StageSlice, cuda.StageSlice,
+                                        cuda.Products, cuda.TileStores]
+    assert [n.along_k for n in nodes if isinstance(n, cuda.StageSlice)] == [True, False]
+    t = st.cuda.tile
+    assert _in_order(str(plan), [f"grid-stride over tiles of {t.size} x {t.size} outputs of i x j",
+                                 f"for k in slices of {t.depth} terms", "stage A's slice",
+                                 "along K", "stage B's slice", "along N", "steps its accumulators",
+                                 "store each thread's outputs"]), plan
+    src = backend("cuda").renderer().render(plan)
+    assert _in_order(src, [f"cuda.shared.array(({t.depth}, {t.size + 1}), np.float32)",
+                           "for y_tile in range(cuda.blockIdx.x, ", "for y_k0 in range(0, 512, ",
+                           "cuda.syncthreads()", "y_acc00 += ",
+                           "cuda.syncthreads()", "y[i, j] = "]), src

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..schedule.checks import node_checks
-from ..schedule.contraction import Role, SumOfProduct, normal_form
-from ..schedule.cuda import (BlockFold, BlockPoints, BlockShared, FirstThread, Grid, Single,
-                             rectangular_prefix, stage_nodes)
+from ..schedule.contraction import Role, SumOfProduct
+from ..schedule.cuda import (BlockFold, BlockPoints, BlockShared, FirstThread, Grid, Products,
+                             Single, Slices, StageSlice, Tiles, TileStores, rectangular_prefix,
+                             stage_nodes)
 from ..schedule.stageloops import Adds
 from ..schedule.nest import const_int
 from ..schedule.plan import ComputeStage, CudaStrategy, Plan, ScatterStage, Stage, Tile, wide_sum
@@ -148,6 +149,7 @@ class _CudaRender(RenderPass):
         self.shared: list[str] = []
         self.parts: list[tuple[str, str]] = []
         self.taken = 0
+        self.tn: _TileNames  # a TILE kernel's (tiles_node)
 
     def parallel_head(self, depth: int, var: str, extent: str) -> None:
         for line in self.loop_lines:
@@ -256,9 +258,9 @@ class _CudaRender(RenderPass):
         how = st.cuda.strategy  # type: ignore[union-attr]
         self.emit(1, f"# stage {st.name}: {how}" + (f"; inlined {', '.join(st.inlined)}"
                                                    if st.inlined else ""))
-        if how is CudaStrategy.TILE:
-            return self.tile_compute(st, normal_form(st))  # type: ignore[arg-type]
         self.nodes(1, stage_nodes(st), st, {})
+        if how is CudaStrategy.TILE:
+            return f"launch({{k}}, {math.prod(self.tn.counts)}, {self.tn.t.threads ** 2})"
         if how is CudaStrategy.BLOCK:
             return f"launch({{k}}, {self.points(st.order)}, {self.r.reduce_block})"
         points = self.points(st.order[: st.fused])
@@ -374,88 +376,91 @@ class _CudaRender(RenderPass):
         self.emit(depth, f"if {self.tid} == 0:")
         self.nodes(depth + 1, n.body, st, env)
 
-    def tile_compute(self, st: ComputeStage, f: SumOfProduct) -> str:
-        """`TILE` (schedule/cuda.py; shape `st.cuda.tile`): each block loops over output tiles
-        (batch entry, M tile, N tile); per slice of `depth` terms of K, all threads stage both
-        operands' slices in shared memory (`stage_slice`), then each thread steps its `reg` x
-        `reg` accumulators.  Returns the launch."""
-        t, name = st.cuda.tile if st.cuda else None, st.name
-        assert t is not None, "a TILE stage's plan carries its tile shape"
-        size, nt, dt = t.size, t.threads * t.threads, f.body.dtype
-        fresh = self.names.fresh
-        b_axes, m_axes, n_axes, k_axes = (f.axes(r) for r in (Role.BATCH, Role.M, Role.N, Role.K))
-        mn, nn, kn, bn = (_count(a) for a in (m_axes, n_axes, k_axes, b_axes))
-        mt, ntn = -(-mn // size), -(-nn // size)
+    def tiles_node(self, n: Tiles, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        """The tile kernel's names (`self.tn`), the shared slices, the thread's place in its
+        block, the loop over the tiles and the accumulators."""
+        f, t, name, fresh = n.form, n.tile, st.name, self.names.fresh
         sh = [fresh(f"{name}_{x}") for x in "ab"]
         tid, tx, ty, tile, k0 = (fresh(f"{name}_{x}") for x in ("tid", "tx", "ty", "tile", "k0"))
-        wide = wide_sum(f.body)
         cells = [(r, c) for r in range(t.reg) for c in range(t.reg)]
         acc = {rc: fresh(f"{name}_acc{rc[0]}{rc[1]}") for rc in cells}
-        chain = {rc: fresh(f"{name}_c{rc[0]}{rc[1]}") for rc in cells} if wide else acc
-        for x in sh:
-            self.emit(1, f"{x} = cuda.shared.array(({t.depth}, {size + 1}), np.{dt})")
-        self.emit(1, f"{tid} = cuda.threadIdx.x")
-        self.emit(1, f"{tx} = {tid} % {t.threads}")
-        self.emit(1, f"{ty} = {tid} // {t.threads}")
-        self.emit(1, f"for {tile} in range(cuda.blockIdx.x, {bn * mt * ntn}, cuda.gridDim.x):")
-        m0, n0 = fresh(f"{name}_m0"), fresh(f"{name}_n0")
-        self.emit(2, f"{m0} = {tile} // {ntn} % {mt} * {size}")
-        self.emit(2, f"{n0} = {tile} % {ntn} * {size}")
-        self.unflatten(2, f"({tile} // {mt * ntn})", b_axes)
+        chain = {rc: fresh(f"{name}_c{rc[0]}{rc[1]}") for rc in cells} if wide_sum(f.body) else acc
+        self.tn = tn = _TileNames(f, t, sh, tid, tx, ty, tile, k0, acc, chain)
+        dt, (bn, mt, ntn) = f.body.dtype, tn.counts
+        for x in tn.sh:
+            self.emit(depth, f"{x} = cuda.shared.array(({t.depth}, {t.size + 1}), np.{dt})")
+        self.emit(depth, f"{tid} = cuda.threadIdx.x")
+        self.emit(depth, f"{tx} = {tid} % {t.threads}")
+        self.emit(depth, f"{ty} = {tid} // {t.threads}")
+        self.emit(depth, f"for {tile} in range(cuda.blockIdx.x, {bn * mt * ntn}, cuda.gridDim.x):")
+        tn.m0, tn.n0 = fresh(f"{name}_m0"), fresh(f"{name}_n0")
+        self.emit(depth + 1, f"{tn.m0} = {tile} // {ntn} % {mt} * {t.size}")
+        self.emit(depth + 1, f"{tn.n0} = {tile} % {ntn} * {t.size}")
+        self.unflatten(depth + 1, f"({tile} // {mt * ntn})", f.axes(Role.BATCH))
         for rc in cells:
-            self.emit(2, f"{acc[rc]} = {WIDE_ZERO if wide else f'np.{dt}(0.0)'}")
-        self.emit(2, f"for {k0} in range(0, {kn}, {t.depth}):")
-        if wide:
-            for rc in cells:
-                self.emit(3, f"{chain[rc]} = np.{dt}(0.0)")
-        for x, factor, form, own, origin in zip(sh, f.body.source[0].args, (f.a, f.b),  # type: ignore[attr-defined]
-                                                (m_axes, n_axes), (m0, n0), strict=True):
-            along_k = any(a in k_axes for a in form.index[-1].axes)
-            self.stage_slice(t, x, factor, along_k, (own, origin), (k_axes, k0))
-        self.emit(3, "cuda.syncthreads()")
-        kk = fresh(f"{name}_kk")
-        self.emit(3, f"for {kk} in range({t.depth}):")
-        av = [fresh(f"{name}_av") for _ in range(t.reg)]
-        bv = [fresh(f"{name}_bv") for _ in range(t.reg)]
-        for r in range(t.reg):
-            self.emit(4, f"{av[r]} = {sh[0]}[{kk}, {ty} + {r * t.threads}]")
-            self.emit(4, f"{bv[r]} = {sh[1]}[{kk}, {tx} + {r * t.threads}]")
-        for r, c in cells:
-            self.emit(4, f"{chain[r, c]} += {av[r]} * {bv[c]}")
-        self.emit(3, "cuda.syncthreads()")
-        if wide:
-            for rc in cells:
-                self.emit(3, f"{acc[rc]} += {chain[rc]}")
-        out = st.tensors[0]
-        for r, c in cells:
-            m, n = f"{m0} + {ty} + {r * t.threads}", f"{n0} + {tx} + {c * t.threads}"
-            self.emit(2, f"if {m} < {mn} and {n} < {nn}:")
-            self.unflatten(3, f"({m})", m_axes)
-            self.unflatten(3, f"({n})", n_axes)
-            value = f"np.{dt}({acc[r, c]})" if wide else acc[r, c]
-            self.emit(3, f"{self.index(out, [self.axis(a) for a in st.axes])} = {value}")
-        return f"launch({{k}}, {bn * mt * ntn}, {nt})"
+            self.emit(depth + 1, f"{acc[rc]} = {WIDE_ZERO if tn.wide else f'np.{dt}(0.0)'}")
+        self.nodes(depth + 1, n.body, st, env)
 
-    def stage_slice(self, t: Tile, sh: str, factor: Expr, along_k: bool,
-                    own: tuple[Sequence[IterVar], str], k: tuple[Sequence[IterVar], str]) -> None:
-        """All threads of a block copy one operand's slice into shared array `sh[kk, d]`: `factor`
-        read at the tile's own axes (M or N, from `origin`) and the slice's K axes, zero past
-        their ends.  Consecutive threads take consecutive K terms when `along_k` (the operand's
-        last index runs along K), else consecutive M (N) points: coalesced reads either way."""
-        (axes, origin), (k_axes, k0) = own, k
+    def slices_node(self, n: Slices, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        tn, t, f = self.tn, self.tn.t, self.tn.f
+        self.emit(depth, f"for {tn.k0} in range(0, {_count(f.axes(Role.K))}, {t.depth}):")
+        if tn.wide:
+            for rc in tn.chain:
+                self.emit(depth + 1, f"{tn.chain[rc]} = np.{f.body.dtype}(0.0)")
+        self.nodes(depth + 1, n.body, st, env)
+
+    def stage_slice_node(self, n: StageSlice, depth: int, st: Stage, env: dict[Expr, str]
+                         ) -> None:
+        """Operand `n.operand`'s slice into shared array `sh[kk, d]`: its factor read at the
+        tile's own axes (M or N, from the tile's origin) and the slice's K axes."""
+        tn, t, f = self.tn, self.tn.t, self.tn.f
+        sh, factor = tn.sh[n.operand], f.body.source[0].args[n.operand]  # type: ignore[attr-defined]
+        axes, origin, k_axes = f.axes((Role.M, Role.N)[n.operand]), (tn.m0, tn.n0)[n.operand], \
+            f.axes(Role.K)
         e, d, kk = (self.names.fresh(f"{sh}_{x}") for x in ("e", "d", "kk"))
-        self.emit(3, f"for {e} in range(cuda.threadIdx.x, {t.depth * t.size}, "
-                     f"{t.threads * t.threads}):")
-        first, second = (f"{e} // {t.depth}", f"{e} % {t.depth}") if along_k else \
+        self.emit(depth, f"for {e} in range(cuda.threadIdx.x, {t.depth * t.size}, "
+                         f"{t.threads * t.threads}):")
+        first, second = (f"{e} // {t.depth}", f"{e} % {t.depth}") if n.along_k else \
             (f"{e} % {t.size}", f"{e} // {t.size}")
-        self.emit(4, f"{d} = {first}")
-        self.emit(4, f"{kk} = {second}")
-        self.emit(4, f"if {origin} + {d} < {_count(axes)} and {k0} + {kk} < {_count(k_axes)}:")
-        self.unflatten(5, f"({origin} + {d})", axes)
-        self.unflatten(5, f"({k0} + {kk})", k_axes)
-        self.emit(5, f"{sh}[{kk}, {d}] = {top(self.expr(factor, {}))}")
-        self.emit(4, "else:")
-        self.emit(5, f"{sh}[{kk}, {d}] = np.{factor.dtype}(0.0)")
+        self.emit(depth + 1, f"{d} = {first}")
+        self.emit(depth + 1, f"{kk} = {second}")
+        self.emit(depth + 1, f"if {origin} + {d} < {_count(axes)} and {tn.k0} + {kk} < "
+                             f"{_count(k_axes)}:")
+        self.unflatten(depth + 2, f"({origin} + {d})", axes)
+        self.unflatten(depth + 2, f"({tn.k0} + {kk})", k_axes)
+        self.emit(depth + 2, f"{sh}[{kk}, {d}] = {top(self.expr(factor, {}))}")
+        self.emit(depth + 1, "else:")
+        self.emit(depth + 2, f"{sh}[{kk}, {d}] = np.{factor.dtype}(0.0)")
+
+    def products_node(self, n: Products, depth: int, st: Stage, env: dict[Expr, str]) -> None:
+        tn, t, name = self.tn, self.tn.t, st.name
+        self.emit(depth, "cuda.syncthreads()")
+        kk = self.names.fresh(f"{name}_kk")
+        self.emit(depth, f"for {kk} in range({t.depth}):")
+        av = [self.names.fresh(f"{name}_av") for _ in range(t.reg)]
+        bv = [self.names.fresh(f"{name}_bv") for _ in range(t.reg)]
+        for r in range(t.reg):
+            self.emit(depth + 1, f"{av[r]} = {tn.sh[0]}[{kk}, {tn.ty} + {r * t.threads}]")
+            self.emit(depth + 1, f"{bv[r]} = {tn.sh[1]}[{kk}, {tn.tx} + {r * t.threads}]")
+        for r, c in tn.chain:
+            self.emit(depth + 1, f"{tn.chain[r, c]} += {av[r]} * {bv[c]}")
+        self.emit(depth, "cuda.syncthreads()")
+        if tn.wide:
+            for rc in tn.chain:
+                self.emit(depth, f"{tn.acc[rc]} += {tn.chain[rc]}")
+
+    def tile_stores_node(self, n: TileStores, depth: int, st: Stage, env: dict[Expr, str]
+                         ) -> None:
+        tn, t, f = self.tn, self.tn.t, self.tn.f
+        m_axes, n_axes = f.axes(Role.M), f.axes(Role.N)
+        for r, c in tn.acc:
+            m, col = f"{tn.m0} + {tn.ty} + {r * t.threads}", f"{tn.n0} + {tn.tx} + {c * t.threads}"
+            self.emit(depth, f"if {m} < {_count(m_axes)} and {col} < {_count(n_axes)}:")
+            self.unflatten(depth + 1, f"({m})", m_axes)
+            self.unflatten(depth + 1, f"({col})", n_axes)
+            value = f"np.{f.body.dtype}({tn.acc[r, c]})" if tn.wide else tn.acc[r, c]
+            self.emit(depth + 1, f"{self.index(st.tensors[0], [self.axis(a) for a in st.axes])} "  # type: ignore[union-attr]
+                                 f"= {value}")
 
     # -- scatter stages ----------------------------------------------------------------------
     def scatter(self, st: ScatterStage) -> str:
@@ -509,6 +514,37 @@ def _unique(ts: Sequence) -> list:
     return out
 
 
+@dataclass
+class _TileNames:
+    """A TILE kernel's form and tile shape, and its locals: the two shared slices, the thread's
+    index (its column and row in the block), the tile, the slice's first term, the tile's
+    accumulators (`chain`: a wide sum's float32 ones for a slice; else `acc`) and origin."""
+
+    f: SumOfProduct
+    t: Tile
+    sh: list[str]
+    tid: str
+    tx: str
+    ty: str
+    tile: str
+    k0: str
+    acc: dict[tuple[int, int], str]
+    chain: dict[tuple[int, int], str]
+    m0: str = ""
+    n0: str = ""
+
+    @property
+    def wide(self) -> bool:
+        return self.chain is not self.acc
+
+    @property
+    def counts(self) -> tuple[int, int, int]:
+        """Batch entries, M tiles and N tiles."""
+        f, size = self.f, self.t.size
+        return (_count(f.axes(Role.BATCH)), -(-_count(f.axes(Role.M)) // size),
+                -(-_count(f.axes(Role.N)) // size))
+
+
 def _count(axes: Sequence[IterVar]) -> int:
     """The static number of points of `axes` (1 for none)."""
     return math.prod(const_int(a.extent) or 1 for a in axes)
@@ -519,4 +555,7 @@ _CudaRender.NODE_RULES = {**RenderPass.NODE_RULES, Grid: _CudaRender.grid_node,
                           BlockShared: _CudaRender.block_shared_node,
                           BlockPoints: _CudaRender.block_points_node,
                           BlockFold: _CudaRender.block_fold_node,
-                          FirstThread: _CudaRender.first_thread_node}
+                          FirstThread: _CudaRender.first_thread_node,
+                          Tiles: _CudaRender.tiles_node, Slices: _CudaRender.slices_node,
+                          StageSlice: _CudaRender.stage_slice_node,
+                          Products: _CudaRender.products_node, TileStores: _CudaRender.tile_stores_node}

@@ -143,18 +143,6 @@ def strategy(st: Stage) -> CudaStrategy:
     raise TypeError(f"unknown stage {st!r}")
 
 
-def _note(st: Stage) -> str:
-    """A TILE stage's strategy, which its kernel writes whole (the other kernels' loops are
-    their trees: `stage_nodes`)."""
-    f, t = tile_form(st), st.cuda.tile if st.cuda else None  # type: ignore[arg-type]
-    assert t is not None, "refine sets the tile shape before the note"
-    return (f"cuda: tiles of {t.size} x {t.size} outputs over "
-            f"{' * '.join(a.name for a in f.axes(Role.M))} x "  # type: ignore[union-attr]
-            f"{' * '.join(a.name for a in f.axes(Role.N))}, a block of {t.threads} x "  # type: ignore[union-attr]
-            f"{t.threads} threads each ({t.reg} x {t.reg} outputs a thread), {t.depth}-term "
-            f"slices of {' * '.join(a.name for a in f.red)} staged in shared memory")  # type: ignore[union-attr]
-
-
 @dataclass(frozen=True)
 class Grid:
     """One thread per point of the flattened `axes`: a grid-stride loop (THREAD)."""
@@ -171,10 +159,43 @@ class Single:
 
 
 @dataclass(frozen=True)
-class Kernel:
-    """A stage's kernel as its strategy writes it whole (TILE)."""
+class Tiles:
+    """A block per tile of `tile.size` x `tile.size` outputs (of M x N, per batch entry of
+    `form`): a grid-stride loop over the tiles, each thread's `reg` x `reg` accumulators."""
 
-    note: str
+    form: SumOfProduct
+    tile: Tile
+    body: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Slices:
+    """The K axes `axes` in slices of `depth` terms: each staged, then folded."""
+
+    axes: tuple[IterVar, ...]
+    depth: int
+    body: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class StageSlice:
+    """All threads copy operand `operand`'s (0: A, over M; 1: B, over N) slice into shared
+    memory, consecutive threads along K where `along_k` (its last index runs along K), else
+    along its M (N) axes: coalesced reads either way; zero past the ends."""
+
+    operand: int
+    along_k: bool
+
+
+@dataclass(frozen=True)
+class Products:
+    """Each thread steps its accumulators over the staged slice (a wide sum: float32 chains of
+    a slice, folded into float64 after it)."""
+
+
+@dataclass(frozen=True)
+class TileStores:
+    """Each thread's outputs stored, those inside the output."""
 
 
 @dataclass(frozen=True)
@@ -222,9 +243,15 @@ def stage_nodes(st: Stage, partial: bool = False) -> tuple[Any, ...]:
     """A refined stage's loop tree: a THREAD stage's grid-stride loop or a SINGLE one's thread
     over its own loops (stageloops.inner_loops), a BLOCK stage's blocks over its points, a
     scatter's updates over its loops (INJECTIVE, ATOMIC: the leading ones a grid-stride loop),
-    else its strategy's kernel (TILE).  `partial`: a split BLOCK stage's first kernel, which
-    reduces the chunks into partials (the second combines them)."""
+    a TILE stage's tiles.  `partial`: a split BLOCK stage's first kernel, which reduces the
+    chunks into partials (the second combines them)."""
     how = strategy(st)
+    if isinstance(st, ComputeStage) and how is CudaStrategy.TILE:
+        f, t = tile_form(st), st.cuda.tile if st.cuda else None
+        assert f is not None and t is not None, "refine sets the tile shape"
+        along = [any(a in f.red for a in x.index[-1].axes) for x in (f.a, f.b)]
+        return (Tiles(f, t, (Slices(tuple(f.axes(Role.K)), t.depth, (
+            StageSlice(0, along[0]), StageSlice(1, along[1]), Products())), TileStores())),)
     if isinstance(st, ComputeStage) and how is CudaStrategy.BLOCK:
         split = st.cuda.split if st.cuda else 1
         groups = tuple(tuple(g) for g in reduce_groups(st.bodies))
@@ -243,7 +270,7 @@ def stage_nodes(st: Stage, partial: bool = False) -> tuple[Any, ...]:
             return (Single(loops_over(st.order, (Adds(),))),)
         adds = Adds(how is CudaStrategy.ATOMIC)
         return (Grid(st.order[:n], loops_over(st.order[n:], (adds,))),)
-    return (Kernel(_note(st)),)
+    raise TypeError(f"stage {st.name}: no CUDA loop tree for strategy {how}")
 
 
 KERNEL_LINES: dict[type, Callable[[Any], list[str]]] = {
@@ -251,7 +278,17 @@ KERNEL_LINES: dict[type, Callable[[Any], list[str]]] = {
                      f"point"],
     Adds: lambda n: ["target[index] += value for each update, under its condition" + (
         ": cuda.atomic.add, points may collide" if n.atomic else "")],
-    Single: lambda n: ["one thread of the grid"], Kernel: lambda n: [n.note],
+    Single: lambda n: ["one thread of the grid"],
+    Tiles: lambda n: [f"grid-stride over tiles of {n.tile.size} x {n.tile.size} outputs of "
+                      f"{_names(n.form.axes(Role.M))} x {_names(n.form.axes(Role.N))}"
+                      + (f" per {_names(n.form.axes(Role.BATCH))}" if n.form.axes(Role.BATCH)
+                         else "") + f", a block each: {n.tile.threads} x {n.tile.threads} "
+                      f"threads, {n.tile.reg} x {n.tile.reg} outputs a thread in registers"],
+    Slices: lambda n: [f"for {_names(list(n.axes))} in slices of {n.depth} terms"],
+    StageSlice: lambda n: [f"stage {'AB'[n.operand]}'s slice: all threads, consecutive ones "
+                           f"along {'K' if n.along_k else 'MN'[n.operand]} (coalesced)"],
+    Products: lambda n: ["each thread steps its accumulators over the slice"],
+    TileStores: lambda n: ["store each thread's outputs inside the output"],
     BlockShared: lambda n: [f"shared: {REDUCE_THREADS} elements per reduction value" + (
         ", and the partials arrays (chunk last)" if n.partial else "")],
     BlockPoints: lambda n: [f"grid-stride over blocks, one per point of "
@@ -269,6 +306,10 @@ KERNEL_LINES: dict[type, Callable[[Any], list[str]]] = {
 }
 
 
+def _names(axes: list[IterVar]) -> str:
+    return " * ".join(a.name for a in axes)
+
+
 def lines(plan: Plan) -> list[str]:
     """The plan's kernels, one per stage (a split block reduction: two), each with its loop
     tree."""
@@ -282,8 +323,8 @@ def lines(plan: Plan) -> list[str]:
 
 
 def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:
-    """The plan with every compute stage's data axes fused into the grid, a strategy per
-    stage (`stage.cuda`) and CUDA notes."""
+    """The plan with every compute stage's data axes fused into the grid and a strategy per
+    stage (`stage.cuda`)."""
     overrides = overrides or {}
     stages: list[Stage] = []
     for st in plan.stages:
@@ -295,9 +336,7 @@ def refine(plan: Plan, overrides: Mapping[str, Mapping[str, Any]] | None = None)
         how = strategy(st)
         split = block_split(st) if how is CudaStrategy.BLOCK else 1  # type: ignore[arg-type]
         tile = tile_shape(tile_form(st)) if how is CudaStrategy.TILE else None  # type: ignore[arg-type]
-        st = replace(st, cuda=CudaStagePlan(how, split, tile))
-        notes = (_note(st),) if how is CudaStrategy.TILE else ()
-        stages.append(replace(st, notes=(*st.notes, *notes)))
+        stages.append(replace(st, cuda=CudaStagePlan(how, split, tile)))
     return replace(plan, target="cuda", stages=tuple(stages),
                    checks={st.name: node_checks([st], False) for st in stages})
 
