@@ -30,7 +30,8 @@ call) get BLAS contractions, memory-order reductions and lanes, not split sums o
                   partial results over its outermost axis (of a row accumulation: the
                   outermost long enough, moved outermost), combined afterwards; a long
                   reduction contiguous in its innermost axis is vectorized into SIMD lanes
-                  (`lanes`: its sum may regroup; max/min are exact).
+                  (`lanes`: its sum may regroup; max/min are exact); any other reduction's
+                  prange takes its innermost data axis too where it is short (`fuse_points`).
    partial sums - (cpu_partial.py) a sum over rows that an earlier parallel reduction walks
                   (instance norm's dgamma over (batch, h, w), its row sums over (h, w)) sums
                   per row in that reduction's prange, then folds the rows.
@@ -230,8 +231,7 @@ def fuse_points(st: ComputeStage) -> ComputeStage:
             any(isinstance(x, Reduce) for x in walk(b)) for b in st.bodies) or any(
                 _const(a.extent) is None for a in st.order[:st.fused]):
         return st  # (a symbolic leading extent: known at the call, most likely a large batch)
-    fused = default_fuse(st.order, inner=True)
-    return _cpu(st, fused=fused) if fused > st.fused else st
+    return _cpu(st, fused=f) if (f := default_fuse(st.order, inner=True)) > st.fused else st
 
 
 def _symbolic(st: ComputeStage) -> bool:
