@@ -19,6 +19,7 @@ from .cpu_fold import LANE_STEP, CPUFold
 from .render import (CHECK_NAME, ERR_NAME, KERNEL_NAME, RenderPass, describe_stage, is_placeholder,
                      np_dtype, top)
 
+
 class CPURender(CPUFold):
     """One CPU rendering pass: `CPUFold` plus the CPU module layout and stage strategies."""
 

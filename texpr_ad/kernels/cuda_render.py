@@ -18,8 +18,8 @@ from typing import Any, Sequence
 from ..schedule.checks import node_checks
 from ..schedule.contraction import Role, SumOfProduct
 from ..schedule.cuda import (BlockFold, BlockPoints, BlockShared, FirstThread, Grid, Products,
-                             Single, Slices, StageSlice, Tiles, TileStores, rectangular_prefix,
-                             stage_nodes)
+                             Single, Slices, StageSlice, Tiles, TileStores, stage_nodes,
+                             tile_counts)
 from ..schedule.stageloops import Adds
 from ..schedule.nest import const_int
 from ..schedule.plan import ComputeStage, CudaStrategy, Plan, ScatterStage, Stage, Tile, wide_sum
@@ -258,16 +258,21 @@ class _CudaRender(RenderPass):
         how = st.cuda.strategy  # type: ignore[union-attr]
         self.emit(1, f"# stage {st.name}: {how}" + (f"; inlined {', '.join(st.inlined)}"
                                                    if st.inlined else ""))
-        self.nodes(1, stage_nodes(st), st, {})
+        nodes = stage_nodes(st)
+        self.nodes(1, nodes, st, {})
         if how is CudaStrategy.TILE:
             return f"launch({{k}}, {math.prod(self.tn.counts)}, {self.tn.t.threads ** 2})"
         if how is CudaStrategy.BLOCK:
             return f"launch({{k}}, {self.points(st.order)}, {self.r.reduce_block})"
-        points = self.points(st.order[: st.fused])
-        return f"launch({{k}}, {points}, 0)" if how is CudaStrategy.THREAD else "launch({k}, 1, 1)"
+        return self.grid_launch(nodes[0])
 
     def points(self, axes: Sequence[IterVar]) -> str:
         return " * ".join(top(self.expr(a.extent, {})) for a in axes) or "1"
+
+    def grid_launch(self, node: Grid | Single) -> str:
+        """A thread per point of a `Grid`'s axes, or one thread (`Single`)."""
+        return f"launch({{k}}, {self.points(node.axes)}, 0)" if isinstance(node, Grid) else \
+            "launch({k}, 1, 1)"
 
     def grid_node(self, n: Grid, depth: int, st: Stage, env: dict[Expr, str]) -> None:
         self.loop_lines = self.r.parallel_loop
@@ -466,11 +471,9 @@ class _CudaRender(RenderPass):
     def scatter(self, st: ScatterStage) -> str:
         how = st.cuda.strategy  # type: ignore[union-attr]
         self.emit(1, f"# stage {st.name}: scatter-add, {how}")
-        self.nodes(1, stage_nodes(st), st, {})
-        n = 1 if how is CudaStrategy.INJECTIVE else rectangular_prefix(st.order)
-        points = " * ".join(top(self.expr(a.extent, {})) for a in st.order[:n])
-        return f"launch({{k}}, {points}, 0)" if how is not CudaStrategy.SINGLE else \
-            "launch({k}, 1, 1)"
+        nodes = stage_nodes(st)
+        self.nodes(1, nodes, st, {})
+        return self.grid_launch(nodes[0])
 
     def adds_node(self, n: Adds, depth: int, st: ScatterStage, env: dict[Expr, str]) -> None:
         """Each update's `+=`: an atomic add where points may collide (`n.atomic`)."""
@@ -539,10 +542,7 @@ class _TileNames:
 
     @property
     def counts(self) -> tuple[int, int, int]:
-        """Batch entries, M tiles and N tiles."""
-        f, size = self.f, self.t.size
-        return (_count(f.axes(Role.BATCH)), -(-_count(f.axes(Role.M)) // size),
-                -(-_count(f.axes(Role.N)) // size))
+        return tile_counts(self.f, self.t.size)
 
 
 def _count(axes: Sequence[IterVar]) -> int:

@@ -105,9 +105,14 @@ def tile_form(st: ComputeStage) -> SumOfProduct | None:
 def tile_shape(f: SumOfProduct) -> Tile | None:
     """The largest of `TILES` that cuts the contraction into at least `TILE_MIN_BLOCKS` tiles
     (fewer blocks than that leave most of a GPU idle), or None."""
-    m, n, b = (extent_product([a.extent for a in f.axes(r)]) for r in (Role.M, Role.N, Role.BATCH))
-    return next((t for t in TILES if b * -(-m // t.size) * -(-n // t.size) >= TILE_MIN_BLOCKS),
-                None)
+    return next((t for t in TILES if math.prod(tile_counts(f, t.size)) >= TILE_MIN_BLOCKS), None)
+
+
+def tile_counts(f: SumOfProduct, size: int) -> tuple[int, int, int]:
+    """Batch entries, M tiles and N tiles of a static contraction in `size` x `size` tiles."""
+    b, m, n = (int(extent_product([a.extent for a in f.axes(r)]))
+               for r in (Role.BATCH, Role.M, Role.N))
+    return b, -(-m // size), -(-n // size)
 
 
 def rectangular_prefix(axes: tuple[IterVar, ...]) -> int:
